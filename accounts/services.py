@@ -1,0 +1,100 @@
+"""Every write to users, projects, memberships and allocations."""
+
+import datetime as dt
+
+from django.contrib.auth.models import Group
+from django.db import transaction
+
+from accounts.models import Allocation, Membership, Project, User
+from clusters.models import Cluster
+from clusters.slurm import client_for
+
+
+def project_create(*, slug: str, name: str, slurm_account: str, description: str = "") -> Project:
+    project = Project(slug=slug, name=name, slurm_account=slurm_account, description=description)
+    project.full_clean()
+    project.save()
+    return project
+
+
+def membership_set(*, project: Project, user: User, role: str) -> Membership:
+    """Add ``user`` to ``project`` with ``role``, or change the role they have."""
+    with transaction.atomic():
+        membership, _ = Membership.objects.select_for_update().get_or_create(
+            project=project, user=user, defaults={"role": role}
+        )
+        if membership.role != role:
+            membership.role = role
+            membership.save(update_fields=["role"])
+    return membership
+
+
+def allocation_create(
+    *,
+    project: Project,
+    cluster: Cluster,
+    gpu_hours: int,
+    starts_on: dt.date,
+    ends_on: dt.date,
+    state: str = Allocation.State.ACTIVE,
+) -> Allocation:
+    allocation = Allocation(
+        project=project,
+        cluster=cluster,
+        granted_gpu_seconds=gpu_hours * 3600,
+        starts_on=starts_on,
+        ends_on=ends_on,
+        state=state,
+    )
+    allocation.full_clean()
+    allocation.save()
+    return allocation
+
+
+def project_slurm_ensure(*, project: Project, cluster: Cluster) -> list[str]:
+    """Make sure the project's Slurm account and its members' associations exist.
+
+    Returns what was created. Only ever adds: removing and limits are the
+    reconciler's job.
+    """
+    client = client_for(cluster)
+    created = []
+    if client.ensure_account(project.slurm_account, description=project.name):
+        created.append(f"account {project.slurm_account}")
+    posix_users = (
+        project.memberships.exclude(user__posix_username=None)
+        .order_by("user__posix_username")
+        .values_list("user__posix_username", flat=True)
+    )
+    for posix_username in posix_users:
+        if client.ensure_user_association(user=posix_username, account=project.slurm_account):
+            created.append(f"association {posix_username}@{project.slurm_account}")
+    return created
+
+
+def user_create(
+    *,
+    username: str,
+    password: str,
+    full_name: str = "",
+    email: str = "",
+    posix_username: str | None = None,
+    is_staff: bool = False,
+    groups: tuple[str, ...] = (),
+) -> User:
+    first_name, _, last_name = full_name.partition(" ")
+    with transaction.atomic():
+        user = User(
+            username=username,
+            first_name=first_name,
+            last_name=last_name,
+            email=email,
+            posix_username=posix_username,
+            is_staff=is_staff,
+        )
+        user.set_password(password)
+        user.full_clean()
+        user.save()
+        for name in groups:
+            user.groups.add(Group.objects.get(name=name))
+    return user

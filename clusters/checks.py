@@ -1,0 +1,65 @@
+"""System checks for the Slurm configuration (ids ``clusters.E…``/``clusters.W…``)."""
+
+import os
+import shutil
+
+from django.conf import settings
+from django.core.checks import Error, Tags, Warning, register
+from django.db import DatabaseError
+
+
+@register()
+def check_slurm_settings(app_configs, **kwargs):
+    errors = []
+    if "{user}" not in settings.SLURM_RUN_AS_PREFIX:
+        errors.append(
+            Error(
+                f"PORTAL_SLURM_RUN_AS_PREFIX={settings.SLURM_RUN_AS_PREFIX!r} has no {{user}} "
+                "placeholder, so jobs could not run as their owner.",
+                hint="Use e.g. 'sudo -n -u {user}' or 'runuser -u {user} --'.",
+                id="clusters.E001",
+            )
+        )
+    if settings.SLURM_BIN_DIR and not os.path.isdir(settings.SLURM_BIN_DIR):
+        errors.append(
+            Error(
+                f"PORTAL_SLURM_BIN_DIR={settings.SLURM_BIN_DIR!r} is not a directory.",
+                hint="Point it at the folder holding sbatch, squeue and sacct, or unset it.",
+                id="clusters.E002",
+            )
+        )
+    return errors
+
+
+@register(Tags.database)
+def check_clusters(app_configs, databases=None, **kwargs):
+    """Runs with ``manage.py check --database default``: it reads the cluster table."""
+    if not databases or "default" not in databases:
+        return []
+    from clusters.models import Cluster
+
+    try:
+        clusters = list(Cluster.objects.filter(is_enabled=True))
+    except DatabaseError:
+        return []  # the database check reports why; migrations may not have run yet
+    if not clusters:
+        return [
+            Warning(
+                "No Slurm cluster is registered, so no job can be submitted.",
+                hint="Run 'manage.py seed_demo' on a dev machine or add one in the admin console.",
+                id="clusters.W001",
+            )
+        ]
+    errors = []
+    search_path = settings.SLURM_BIN_DIR or None
+    if any(c.backend == Cluster.Backend.CLI for c in clusters):
+        for tool in ("sbatch", "squeue", "sacct", "sinfo", "scontrol", "sacctmgr"):
+            if shutil.which(tool, path=search_path) is None:
+                errors.append(
+                    Error(
+                        f"A cluster uses the cli backend but {tool!r} is not on the worker's PATH.",
+                        hint="Install the Slurm client tools or set PORTAL_SLURM_BIN_DIR.",
+                        id="clusters.E003",
+                    )
+                )
+    return errors

@@ -1,0 +1,69 @@
+from decimal import Decimal
+
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+slurm_name_validator = RegexValidator(
+    r"^[a-z][a-z0-9_-]{0,39}$",
+    _("Use lower-case letters, digits, '-' and '_', starting with a letter (at most 40)."),
+)
+
+
+class Cluster(models.Model):
+    class Backend(models.TextChoices):
+        CLI = "cli", _("Slurm command-line tools")
+
+    name = models.CharField(
+        max_length=40,
+        unique=True,
+        validators=[slurm_name_validator],
+        help_text=_("Slurm's ClusterName."),
+    )
+    backend = models.CharField(max_length=16, choices=Backend.choices, default=Backend.CLI)
+    is_enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Partition(models.Model):
+    """A Slurm partition as last synced from the cluster, plus portal billing."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="partitions")
+    name = models.CharField(max_length=64, validators=[slurm_name_validator])
+    is_default = models.BooleanField(default=False)
+    is_up = models.BooleanField(default=True)
+    max_time_minutes = models.PositiveIntegerField(
+        null=True, blank=True, help_text=_("Empty means no limit.")
+    )
+    nodes = models.PositiveIntegerField(default=0)
+    gpus_per_node = models.PositiveIntegerField(default=0)
+    gpu_type = models.CharField(max_length=64, blank=True)
+    total_gpus = models.PositiveIntegerField(default=0)
+    billing_weight = models.DecimalField(
+        max_digits=6,
+        decimal_places=3,
+        default=Decimal("1.000"),
+        validators=[MinValueValidator(Decimal("0.001"))],
+        help_text=_("GPU-hours charged per GPU per hour."),
+    )
+    synced_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["cluster__name", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "name"], name="partition_unique_per_cluster"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(billing_weight__gt=0), name="partition_billing_weight_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.name}"

@@ -1,0 +1,10 @@
+from celery import shared_task
+
+from clusters.models import Cluster
+from clusters.services import partitions_sync
+from clusters.slurm import SlurmUnavailable
+
+
+@shared_task(autoretry_for=(SlurmUnavailable,), retry_backoff=True, max_retries=5)
+def partitions_sync_task(cluster_id: int) -> None:
+    partitions_sync(cluster=Cluster.objects.get(id=cluster_id))

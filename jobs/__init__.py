@@ -1,0 +1,1 @@
+"""Templates, jobs, job events and accounting records (built on accounts and clusters)."""

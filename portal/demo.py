@@ -1,0 +1,133 @@
+"""Demo data for a dev machine: POSIX users, portal users, projects, the dev cluster.
+
+Every step looks before it writes, so running it again changes nothing.
+"""
+
+import datetime as dt
+import pwd
+import secrets
+import subprocess
+from dataclasses import dataclass
+
+from django.utils import timezone
+
+from accounts.groups import ALLOCATION_MANAGERS
+from accounts.models import Membership, Project, User
+from accounts.services import (
+    allocation_create,
+    membership_set,
+    project_create,
+    project_slurm_ensure,
+    user_create,
+)
+from clusters.models import Cluster
+from clusters.services import cluster_register, partitions_sync
+
+
+@dataclass(frozen=True)
+class DemoUser:
+    username: str
+    full_name: str
+    what: str
+    project: str | None = None
+    role: str = Membership.Role.MEMBER
+    is_manager: bool = False
+
+
+@dataclass(frozen=True)
+class DemoProject:
+    slug: str
+    name: str
+    gpu_hours: int
+
+
+PROJECTS = [
+    DemoProject("vision", "Vision Lab", gpu_hours=1000),
+    DemoProject("genomics", "Genomics Group", gpu_hours=250),
+]
+USERS = [
+    DemoUser("alice", "Alice Anders", "researcher", "vision"),
+    DemoUser("bob", "Bob Brandt", "researcher", "vision"),
+    DemoUser("pat", "Pat Park", "PI", "vision", role=Membership.Role.PI),
+    DemoUser(
+        "olga", "Olga Ortiz", "outsider (PI of another project)", "genomics", Membership.Role.PI
+    ),
+    DemoUser("manny", "Manny Moss", "allocation manager", is_manager=True),
+]
+
+
+@dataclass(frozen=True)
+class Login:
+    username: str
+    what: str
+    password: str | None  # None: the user existed and kept their password
+
+
+def posix_user_ensure(username: str, full_name: str) -> bool:
+    """Create a Unix user with a home directory if there is none; True when created."""
+    try:
+        pwd.getpwnam(username)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--create-home", "--shell", "/bin/bash", "--comment", full_name, username],
+            check=True,
+        )
+        return True
+    return False
+
+
+def seed_demo(*, cluster_name: str, reset_passwords: bool = False) -> tuple[list[Login], list[str]]:
+    """Create what is missing; return the demo logins and a log of what changed."""
+    changes: list[str] = []
+    cluster = cluster_register(name=cluster_name, backend=Cluster.Backend.CLI)
+    partitions = partitions_sync(cluster=cluster)
+    changes.append(f"cluster {cluster.name}: partitions {', '.join(p.name for p in partitions)}")
+
+    today = timezone.localdate()
+    projects = {}
+    for spec in PROJECTS:
+        project = Project.objects.filter(slug=spec.slug).first()
+        if project is None:
+            project = project_create(slug=spec.slug, name=spec.name, slurm_account=spec.slug)
+            changes.append(f"project {spec.slug}")
+        if not project.allocations.filter(cluster=cluster).exists():
+            allocation_create(
+                project=project,
+                cluster=cluster,
+                gpu_hours=spec.gpu_hours,
+                starts_on=dt.date(today.year, 1, 1),
+                ends_on=dt.date(today.year + 1, 1, 1),
+            )
+            changes.append(f"allocation {spec.gpu_hours} GPU-h for {spec.slug}")
+        projects[spec.slug] = project
+
+    logins = []
+    for spec in USERS:
+        posix_username = None if spec.is_manager else spec.username
+        if posix_username and posix_user_ensure(posix_username, spec.full_name):
+            changes.append(f"POSIX user {posix_username}")
+        user = User.objects.filter(username=spec.username).first()
+        password = None
+        if user is None:
+            password = secrets.token_urlsafe(9)
+            user = user_create(
+                username=spec.username,
+                password=password,
+                full_name=spec.full_name,
+                email=f"{spec.username}@example.org",
+                posix_username=posix_username,
+                is_staff=spec.is_manager,
+                groups=(ALLOCATION_MANAGERS,) if spec.is_manager else (),
+            )
+            changes.append(f"portal user {spec.username}")
+        elif reset_passwords:
+            password = secrets.token_urlsafe(9)
+            user.set_password(password)
+            user.save(update_fields=["password"])
+        if spec.project:
+            membership_set(project=projects[spec.project], user=user, role=spec.role)
+        logins.append(Login(spec.username, spec.what, password))
+
+    for project in projects.values():
+        changes.extend(project_slurm_ensure(project=project, cluster=cluster))
+    return logins, changes

@@ -1,0 +1,198 @@
+"""The portal's only settings module: every value comes from the environment.
+
+Defaults point at the local stack that ``dev/stack`` starts (PostgreSQL and
+Redis on 127.0.0.1), so a developer machine needs no configuration at all.
+In production set ``PORTAL_ENV=production`` and at least ``PORTAL_SECRET_KEY``
+(or ``PORTAL_SECRET_KEY_FILE``) and ``PORTAL_ALLOWED_HOSTS``.
+The README lists every variable.
+"""
+
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.translation import gettext_lazy as _
+
+from portal.env import (
+    database_from_url,
+    env_bool,
+    env_int,
+    env_list,
+    env_str,
+    env_url,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+PORTAL_ENV = env_str("PORTAL_ENV", "dev")
+if PORTAL_ENV not in {"dev", "production"}:
+    raise ImproperlyConfigured(f"PORTAL_ENV={PORTAL_ENV!r} must be 'dev' or 'production'.")
+IS_PRODUCTION = PORTAL_ENV == "production"
+
+DEBUG = env_bool("PORTAL_DEBUG", not IS_PRODUCTION)
+# The dev key is public on purpose: it only ever signs sessions on a laptop.
+SECRET_KEY = env_str("PORTAL_SECRET_KEY", "dev-only-insecure-key" if not IS_PRODUCTION else None)
+if SECRET_KEY is None:
+    raise ImproperlyConfigured("PORTAL_SECRET_KEY (or PORTAL_SECRET_KEY_FILE) is required.")
+ALLOWED_HOSTS = env_list("PORTAL_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("PORTAL_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "rest_framework",
+    "clusters",
+    "accounts",
+    "jobs",
+    "portal",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "portal.urls"
+WSGI_APPLICATION = "portal.wsgi.application"
+ASGI_APPLICATION = "portal.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.template.context_processors.i18n",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASE_URL = env_url(
+    "PORTAL_DATABASE_URL",
+    "postgresql://postgres@127.0.0.1:5432/portal",
+    schemes=("postgresql", "postgres"),
+)
+DATABASES = {
+    "default": {
+        **database_from_url("PORTAL_DATABASE_URL", DATABASE_URL),
+        "CONN_MAX_AGE": env_int("PORTAL_DATABASE_CONN_MAX_AGE_S", 60, minimum=0),
+        "CONN_HEALTH_CHECKS": True,
+        "OPTIONS": {"connect_timeout": env_int("PORTAL_DATABASE_CONNECT_TIMEOUT_S", 5, minimum=1)},
+    }
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+AUTH_USER_MODEL = "accounts.User"
+
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": env_url(
+            "PORTAL_CACHE_URL", "redis://127.0.0.1:6379/1", schemes=("redis", "rediss")
+        ),
+        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+    }
+}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en"
+LANGUAGES = [("en", _("English")), ("ja", _("Japanese"))]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+TIME_ZONE = env_str("PORTAL_TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = Path(env_str("PORTAL_STATIC_ROOT", str(BASE_DIR / "var" / "static")))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        if IS_PRODUCTION
+        else "django.contrib.staticfiles.storage.StaticFilesStorage"
+    },
+}
+WHITENOISE_USE_FINDERS = not IS_PRODUCTION
+
+SESSION_COOKIE_SECURE = IS_PRODUCTION
+CSRF_COOKIE_SECURE = IS_PRODUCTION
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+}
+
+# Celery: JSON only, tasks acknowledged after they ran (every task is
+# idempotent), bounded in time so a hung Slurm call cannot pin a worker.
+CELERY_BROKER_URL = env_url(
+    "PORTAL_BROKER_URL", "redis://127.0.0.1:6379/0", schemes=("redis", "rediss")
+)
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env_int("PORTAL_BROKER_VISIBILITY_TIMEOUT_S", 3600, minimum=60),
+    "socket_connect_timeout": 2,
+}
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = env_int("PORTAL_TASK_TIME_LIMIT_S", 300, minimum=10)
+CELERY_TASK_SOFT_TIME_LIMIT = env_int("PORTAL_TASK_SOFT_TIME_LIMIT_S", 240, minimum=5)
+if CELERY_TASK_SOFT_TIME_LIMIT >= CELERY_TASK_TIME_LIMIT:
+    raise ImproperlyConfigured(
+        "PORTAL_TASK_SOFT_TIME_LIMIT_S must be smaller than PORTAL_TASK_TIME_LIMIT_S."
+    )
+CELERY_TIMEZONE = "UTC"
+PORTAL_HEARTBEAT_INTERVAL_S = env_int("PORTAL_HEARTBEAT_INTERVAL_S", 30, minimum=1)
+CELERY_BEAT_SCHEDULE = {
+    "heartbeat": {
+        "task": "portal.tasks.heartbeat_task",
+        "schedule": PORTAL_HEARTBEAT_INTERVAL_S,
+    },
+}
+
+# Slurm. Clusters themselves are rows in the database (admin console or
+# seed_demo); these settings say how the worker reaches them.
+SLURM_RUN_AS_PREFIX = env_str("PORTAL_SLURM_RUN_AS_PREFIX", "runuser -u {user} --")
+SLURM_COMMAND_TIMEOUT_S = env_int("PORTAL_SLURM_COMMAND_TIMEOUT_S", 20, minimum=1)
+SLURM_HEALTH_TIMEOUT_S = env_int("PORTAL_SLURM_HEALTH_TIMEOUT_S", 5, minimum=1)
+SLURM_BIN_DIR = env_str("PORTAL_SLURM_BIN_DIR", "")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("PORTAL_LOG_LEVEL", "INFO")},
+}

@@ -1,0 +1,98 @@
+"""Fixtures shared by every test: the live dev stack, personas, a real Celery worker."""
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DEV_CLUSTER = "portal-dev"
+
+
+@pytest.fixture(scope="session")
+def slurm_stack():
+    """The dev Slurm cluster must be up: `make test` starts it, so say how when it is not."""
+    status = subprocess.run(
+        [str(REPO / "dev" / "stack"), "status"], capture_output=True, text=True, check=False
+    )
+    if status.returncode != 0:
+        pytest.fail(
+            "The dev stack is not running; start it with `dev/stack start` "
+            f"(`make test` does):\n{status.stdout}{status.stderr}",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(autouse=True)
+def _slurm_marked_tests_need_the_stack(request):
+    if request.node.get_closest_marker("slurm"):
+        request.getfixturevalue("slurm_stack")
+
+
+@pytest.fixture
+def dev_cluster(db, slurm_stack):
+    """The dev cluster registered with the partitions Slurm reports."""
+    from clusters.services import cluster_register, partitions_sync
+
+    cluster = cluster_register(name=DEV_CLUSTER)
+    partitions_sync(cluster=cluster)
+    return cluster
+
+
+def _user(username: str, **extra):
+    from accounts.services import user_create
+
+    return user_create(username=username, password=f"{username}-pass-1234", **extra)
+
+
+@pytest.fixture
+def alice(db):
+    return _user("alice", posix_username="alice")
+
+
+@pytest.fixture
+def bob(db):
+    return _user("bob", posix_username="bob")
+
+
+@pytest.fixture
+def charlie(db):
+    return _user("charlie", posix_username="charlie")
+
+
+@pytest.fixture(scope="session")
+def celery_worker():
+    """A real Celery worker process on a queue of its own; yields (queue, hostname).
+
+    Its own queue keeps it from competing with a dev worker started by `make up`
+    on the same broker, and keeps that worker away from the tests' tasks.
+    """
+    from portal.celery import app
+
+    queue = f"test-{uuid.uuid4().hex[:8]}"
+    hostname = f"{queue}@localhost"
+    log = REPO / "var" / f"{queue}.log"
+    log.parent.mkdir(exist_ok=True)
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings"}
+    with log.open("w") as log_file:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "portal", "worker", "--queues", queue,
+             "--hostname", hostname, "--concurrency", "2", "--loglevel", "INFO"],
+            cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not app.control.ping(destination=[hostname], timeout=0.5):
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the test Celery worker did not start; see {log}", pytrace=False)
+        yield queue, hostname
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()

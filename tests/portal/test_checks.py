@@ -1,0 +1,72 @@
+"""System checks report a database, broker or Slurm configuration that cannot work."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from django.core import checks
+from django.test import override_settings
+
+from tests.conftest import REPO
+
+
+def check_ids(**kwargs) -> set[str]:
+    return {message.id for message in checks.run_checks(**kwargs)}
+
+
+def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=REPO,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+
+@pytest.mark.django_db
+def test_the_local_stack_passes_every_check(dev_cluster):
+    assert check_ids(databases=["default"]) == set()
+
+
+def test_an_unreachable_database_is_an_error_that_names_it():
+    result = manage(
+        "check", "--database", "default", PORTAL_DATABASE_URL="postgresql://postgres@127.0.0.1:1/x"
+    )
+    assert result.returncode != 0
+    assert "portal.E002" in result.stderr
+    assert "Cannot connect to PostgreSQL database 'x' at 127.0.0.1:1" in result.stderr
+
+
+def test_an_unreachable_broker_is_a_warning_that_names_it():
+    with override_settings(CELERY_BROKER_URL="redis://127.0.0.1:1/0"):
+        assert "portal.W011" in check_ids()
+
+
+def test_a_broker_url_with_a_bad_database_number_is_an_error():
+    with override_settings(CELERY_BROKER_URL="redis://127.0.0.1:6379/zero"):
+        assert "portal.E010" in check_ids()
+
+
+def test_a_run_as_prefix_without_the_user_is_an_error():
+    with override_settings(SLURM_RUN_AS_PREFIX="sudo -n"):
+        assert "clusters.E001" in check_ids()
+
+
+def test_a_missing_slurm_bin_dir_is_an_error(tmp_path):
+    with override_settings(SLURM_BIN_DIR=str(tmp_path / "nowhere")):
+        assert "clusters.E002" in check_ids()
+
+
+@pytest.mark.django_db
+def test_no_registered_cluster_is_a_warning():
+    assert "clusters.W001" in check_ids(databases=["default"])
+
+
+@pytest.mark.django_db
+def test_a_cli_cluster_without_the_slurm_tools_is_an_error(dev_cluster, tmp_path):
+    with override_settings(SLURM_BIN_DIR=str(tmp_path)):
+        assert "clusters.E003" in check_ids(databases=["default"])
