@@ -27,3 +27,8 @@ def test_a_worker_runs_the_heartbeat_and_health_reports_it(celery_worker):
     status = worker_status()
     assert status["ok"] is True
     assert status["worker"] == hostname
+
+
+def test_tests_use_redis_databases_of_their_own(settings):
+    assert settings.CELERY_BROKER_URL == "redis://127.0.0.1:6379/2"
+    assert settings.CACHES["default"]["LOCATION"] == "redis://127.0.0.1:6379/3"
