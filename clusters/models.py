@@ -12,7 +12,9 @@ slurm_name_validator = RegexValidator(
 
 class Cluster(models.Model):
     class Backend(models.TextChoices):
+        REST = "rest", _("slurmrestd (REST API with JWT)")
         CLI = "cli", _("Slurm command-line tools")
+        PYSLURM = "pyslurm", _("pyslurm (Python bindings)")
 
     name = models.CharField(
         max_length=40,
@@ -21,6 +23,24 @@ class Cluster(models.Model):
         help_text=_("Slurm's ClusterName."),
     )
     backend = models.CharField(max_length=16, choices=Backend.choices, default=Backend.CLI)
+    rest_url = models.URLField(
+        blank=True, help_text=_("slurmrestd's base URL, e.g. http://127.0.0.1:6820 (rest backend).")
+    )
+    rest_api_version = models.CharField(
+        max_length=16,
+        blank=True,
+        help_text=_("e.g. v0.0.38; empty means the newest the cluster offers."),
+    )
+    jwt_key_file = models.CharField(
+        max_length=255,
+        blank=True,
+        help_text=_("Path of the cluster's HS256 JWT key; the portal mints short-lived tokens."),
+    )
+    admin_user = models.CharField(
+        max_length=32,
+        default="slurm",
+        help_text=_("The Slurm administrator the portal acts as for accounts and limits."),
+    )
     is_enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

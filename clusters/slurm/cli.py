@@ -1,20 +1,38 @@
 """The ``cli`` backend: Slurm's command-line tools, run without a shell.
 
-Commands are argument lists; the environment is built from scratch so the
-worker's own ``SLURM_*``/``SBATCH_*`` variables and secrets never reach Slurm.
-Administrative commands (``sacctmgr``, ``sinfo``) run as the worker's own
-user, which must be a Slurm operator; commands for a user's jobs will run
-through the configured run-as prefix (``runuser -u {user} --`` in dev).
+Commands are argument lists and scripts go on stdin. The environment is built
+from scratch, so the worker's own ``SLURM_*``/``SBATCH_*`` variables and
+secrets never reach Slurm or a job. Commands about a user's jobs (sbatch,
+scancel, scontrol hold/release) run as that user through the configured
+prefix (``runuser -u {user} --`` in dev, ``sudo -n -u {user}`` in production);
+reading the queue and accounting and managing accounts run as the worker's
+own user, which must be a Slurm operator.
 """
 
+import datetime as dt
 import os
 import shlex
 import subprocess
-from dataclasses import dataclass
 
-from clusters.slurm.errors import SlurmRejected, SlurmUnavailable
-from clusters.slurm.parsing import SINFO_PARTITION_FORMAT, parse_sinfo_partitions
-from clusters.slurm.types import PartitionInfo
+from clusters.slurm.errors import NotFound, SlurmRejected, SlurmUnavailable
+from clusters.slurm.parsing import (
+    FIELD_SEPARATOR,
+    SACCT_FORMAT,
+    SINFO_PARTITION_FORMAT,
+    SQUEUE_FORMAT,
+    parse_gpu_usage_minutes,
+    parse_sacct,
+    parse_sinfo_partitions,
+    parse_squeue,
+    parse_test_only,
+)
+from clusters.slurm.types import (
+    AccountingEntry,
+    PartitionInfo,
+    QueueEntry,
+    StartEstimate,
+    SubmitRequest,
+)
 
 # Slurm's messages when the controller or the database daemon is not there.
 _UNAVAILABLE_MARKERS = (
@@ -24,23 +42,63 @@ _UNAVAILABLE_MARKERS = (
     "zero bytes were transmitted",
     "problem talking to the database",
     "slurmdbd: getting db_conn",
-    "is down",
     "transport endpoint is not connected",
 )
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    stdout: str
-    stderr: str
+_UNKNOWN_JOB_MARKERS = ("invalid job id", "unknown job")
+_ALREADY_ENDED_MARKERS = ("already completing or completed", "job has already finished")
+# How far back find_by_comment looks in accounting for a job that already ended.
+_FIND_WINDOW = dt.timedelta(days=14)
 
 
 def slurm_environment() -> dict[str, str]:
-    """A minimal environment for Slurm commands: nothing of the worker's leaks in."""
+    """A minimal environment for Slurm commands: nothing of the worker's leaks in.
+
+    TZ=UTC makes Slurm print and read times in UTC.
+    """
     return {
         "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
         "LC_ALL": "C.UTF-8",
+        "TZ": "UTC",
     }
+
+
+def export_argument(environment: dict[str, str]) -> str:
+    """``--export`` for exactly the given variables (Slurm adds its own SLURM_* ones)."""
+    if not environment:
+        return "--export=NONE"
+    for key, value in environment.items():
+        # sbatch splits --export on commas and has no escape for them.
+        if "," in key or "," in value or "\n" in value or "=" in key:
+            raise ValueError(f"environment variable {key!r} cannot be passed to sbatch")
+    return "--export=" + ",".join(f"{key}={value}" for key, value in environment.items())
+
+
+def sbatch_arguments(request: SubmitRequest) -> list[str]:
+    """The authoritative job description on sbatch's command line (it wins over directives)."""
+    arguments = [
+        f"--account={request.account}",
+        f"--partition={request.partition}",
+        f"--job-name={request.name}",
+        f"--nodes={request.nodes}",
+        f"--time={request.time_limit_minutes}",
+        f"--chdir={request.working_directory}",
+        f"--output={request.stdout_path}",
+        f"--error={request.stderr_path}",
+        export_argument(request.environment),
+    ]
+    if request.gpus_per_node:
+        arguments.append(f"--gpus-per-node={request.gpus_per_node}")
+    if request.cpus_per_gpu:
+        arguments.append(f"--cpus-per-gpu={request.cpus_per_gpu}")
+    if request.mem_per_gpu_mb:
+        arguments.append(f"--mem-per-gpu={request.mem_per_gpu_mb}M")
+    if request.array:
+        arguments.append(f"--array={request.array}")
+    if request.after_ok:
+        arguments.append("--dependency=afterok:" + ":".join(str(i) for i in request.after_ok))
+    if request.comment:
+        arguments.append(f"--comment={request.comment}")
+    return arguments
 
 
 class CliClient:
@@ -57,18 +115,20 @@ class CliClient:
         self.timeout_s = timeout_s
         self.bin_dir = bin_dir
 
-    def _command(self, name: str) -> str:
-        return os.path.join(self.bin_dir, name) if self.bin_dir else name
+    # --- running commands ------------------------------------------------------
 
     def run_as_argv(self, user: str) -> list[str]:
         """The run-as prefix for ``user`` as arguments (the user name is one argument)."""
         return [part.replace("{user}", user) for part in shlex.split(self.run_as_prefix)]
 
-    def _run(self, argv: list[str], *, stdin: str | None = None) -> CommandResult:
-        argv = [self._command(argv[0]), *argv[1:]]
+    def _run(self, argv: list[str], *, as_user: str | None = None, stdin: str | None = None):
+        tool = os.path.join(self.bin_dir, argv[0]) if self.bin_dir else argv[0]
+        command = [tool, *argv[1:]]
+        if as_user is not None:
+            command = [*self.run_as_argv(as_user), *command]
         try:
             completed = subprocess.run(
-                argv,
+                command,
                 input=stdin,
                 capture_output=True,
                 env=slurm_environment(),
@@ -76,11 +136,12 @@ class CliClient:
                 check=False,
                 text=True,
                 errors="replace",
+                cwd="/",  # the worker's own directory is none of a job's business
             )
         except subprocess.TimeoutExpired as exc:
             raise SlurmUnavailable(f"{argv[0]} gave no answer within {self.timeout_s:g} s") from exc
         except FileNotFoundError as exc:
-            raise SlurmUnavailable(f"{argv[0]} is not installed on this worker") from exc
+            raise SlurmUnavailable(f"{tool} is not installed on this worker") from exc
         if completed.returncode != 0:
             message = (completed.stderr or completed.stdout).strip() or (
                 f"{argv[0]} exited with status {completed.returncode}"
@@ -88,17 +149,77 @@ class CliClient:
             lowered = message.lower()
             if any(marker in lowered for marker in _UNAVAILABLE_MARKERS):
                 raise SlurmUnavailable(message)
+            if any(marker in lowered for marker in _UNKNOWN_JOB_MARKERS):
+                raise NotFound(message)
             raise SlurmRejected(message)
-        return CommandResult(stdout=completed.stdout, stderr=completed.stderr)
+        return completed
+
+    # --- the protocol ------------------------------------------------------------
 
     def ping(self) -> None:
-        result = self._run(["scontrol", "ping"])
+        try:
+            result = self._run(["scontrol", "ping"])
+        except SlurmRejected as exc:  # "Slurmctld(primary) at vm is DOWN" exits 1
+            raise SlurmUnavailable(exc.message) from exc
         if " is UP" not in result.stdout:
             raise SlurmUnavailable(result.stdout.strip() or "slurmctld did not answer the ping")
+
+    def submit(self, request: SubmitRequest) -> int:
+        result = self._run(
+            ["sbatch", "--parsable", *sbatch_arguments(request)],
+            as_user=request.user,
+            stdin=request.script,
+        )
+        # --parsable prints "<id>" or "<id>;<cluster>".
+        return int(result.stdout.strip().split(";")[0])
+
+    def find_by_comment(self, comment: str) -> list[int]:
+        queued = [entry.job_id for entry in self.queue() if entry.comment == comment]
+        if queued:
+            return queued
+        since = dt.datetime.now(dt.UTC) - _FIND_WINDOW
+        return [entry.job_id for entry in self.accounting_since(since) if entry.comment == comment]
+
+    def queue(self) -> list[QueueEntry]:
+        result = self._run(["squeue", "--noheader", "--all", "--states=all", "-o", SQUEUE_FORMAT])
+        return parse_squeue(result.stdout)
+
+    def accounting_since(self, since: dt.datetime) -> list[AccountingEntry]:
+        start = since.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        result = self._run(
+            ["sacct", "--allusers", "--allocations", "--noheader", "--parsable2",
+             f"--delimiter={FIELD_SEPARATOR}", f"--starttime={start}", "--endtime=now",
+             f"--format={SACCT_FORMAT}"]
+        )  # fmt: skip
+        return parse_sacct(result.stdout)
+
+    def cancel(self, job_id: int, *, user: str) -> None:
+        # scancel exits 0 for an unknown or ended job; only --verbose tells which.
+        result = self._run(["scancel", "--verbose", str(job_id)], as_user=user)
+        errors = [line for line in result.stderr.splitlines() if "error:" in line]
+        message = "\n".join(errors)
+        if any(marker in message.lower() for marker in _UNKNOWN_JOB_MARKERS):
+            raise NotFound(message)
+        if errors and not any(m in message.lower() for m in _ALREADY_ENDED_MARKERS):
+            raise SlurmRejected(message)
+
+    def hold(self, job_id: int, *, user: str) -> None:
+        self._run(["scontrol", "hold", str(job_id)], as_user=user)
+
+    def release(self, job_id: int, *, user: str) -> None:
+        self._run(["scontrol", "release", str(job_id)], as_user=user)
 
     def list_partitions(self) -> list[PartitionInfo]:
         result = self._run(["sinfo", "--noheader", "--all", f"--format={SINFO_PARTITION_FORMAT}"])
         return parse_sinfo_partitions(result.stdout)
+
+    def estimate_start(self, request: SubmitRequest) -> StartEstimate:
+        result = self._run(
+            ["sbatch", "--test-only", *sbatch_arguments(request)],
+            as_user=request.user,
+            stdin=request.script,
+        )
+        return parse_test_only(result.stderr + result.stdout)
 
     def _sacctmgr_lines(self, *args: str) -> list[str]:
         result = self._run(["sacctmgr", "--noheader", "--parsable2", *args])
@@ -111,30 +232,45 @@ class CliClient:
         ):
             return False
         self._run(
-            [
-                "sacctmgr",
-                "--immediate",
-                "add",
-                "account",
-                account,
-                cluster,
-                f"description={description}",
-                "organization=portal",
-            ]
-        )
+            ["sacctmgr", "--immediate", "add", "account", account, cluster,
+             f"description={description}", "organization=portal"]
+        )  # fmt: skip
         return True
 
     def ensure_user_association(self, *, user: str, account: str) -> bool:
         cluster = f"cluster={self.cluster_name}"
         if self._sacctmgr_lines(
-            "show",
-            "association",
-            "where",
-            cluster,
-            f"account={account}",
-            f"user={user}",
+            "show", "association", "where", cluster, f"account={account}", f"user={user}",
             "format=User",
-        ):
+        ):  # fmt: skip
             return False
         self._run(["sacctmgr", "--immediate", "add", "user", user, f"account={account}", cluster])
         return True
+
+    def set_gpu_minutes_limit(self, account: str, minutes: int | None) -> None:
+        value = "-1" if minutes is None else str(int(minutes))
+        if not self._sacctmgr_lines(
+            "show", "association", "where", f"cluster={self.cluster_name}",
+            f"account={account}", "format=Account",
+        ):  # fmt: skip
+            raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
+        try:
+            self._run(
+                ["sacctmgr", "--immediate", "modify", "account", "where", f"name={account}",
+                 f"cluster={self.cluster_name}", "set", f"GrpTRESMins=gres/gpu={value}"]
+            )  # fmt: skip
+        except SlurmRejected as exc:
+            # sacctmgr exits 1 with "Nothing modified" when the limit is already set.
+            if "nothing modified" not in exc.message.lower():
+                raise
+
+    def gpu_minutes_used(self, account: str) -> int:
+        result = self._run(
+            ["sshare", "--noheader", "--parsable2", f"--accounts={account}",
+             f"--clusters={self.cluster_name}", "--format=Account,User,GrpTRESRaw"]
+        )  # fmt: skip
+        for line in result.stdout.splitlines():
+            fields = line.split("|")
+            if len(fields) == 3 and fields[0].strip() == account and not fields[1]:
+                return parse_gpu_usage_minutes(fields[2])
+        raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")

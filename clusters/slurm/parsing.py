@@ -1,8 +1,10 @@
 """Pure parsers for the text Slurm's command-line tools print."""
 
+import datetime as dt
 import re
 
-from clusters.slurm.types import PartitionInfo
+from clusters.slurm.states import normalise_state
+from clusters.slurm.types import AccountingEntry, PartitionInfo, QueueEntry, StartEstimate
 
 _UNLIMITED = {"infinite", "unlimited", "none"}
 
@@ -87,3 +89,166 @@ def parse_sinfo_partitions(text: str) -> list[PartitionInfo]:
         entry["gpu_type"] = entry["gpu_type"] or gpu_type
         entry["total_gpus"] += nodes * gpus_per_node
     return [PartitionInfo(**entry) for entry in merged.values()]
+
+
+# Fields are split by the unit separator and squeue's records end with the
+# record separator, so '|' or a newline in a job name or comment cannot break
+# a record apart.
+FIELD_SEPARATOR = "\x1f"
+RECORD_SEPARATOR = "\x1e"
+_NOT_A_VALUE = {"", "n/a", "none", "unknown", "(null)"}
+
+SQUEUE_FIELDS = ("%A", "%F", "%K", "%u", "%a", "%P", "%T", "%r", "%V", "%S", "%l", "%k", "%j")
+SQUEUE_FORMAT = FIELD_SEPARATOR.join(SQUEUE_FIELDS) + RECORD_SEPARATOR
+
+SACCT_FIELDS = (
+    "JobIDRaw",
+    "JobID",
+    "User",
+    "Account",
+    "Partition",
+    "State",
+    "ExitCode",
+    "AllocTRES",
+    "ElapsedRaw",
+    "Submit",
+    "Start",
+    "End",
+    "Comment",
+    "JobName",  # last: the only field a user may fill with anything
+)
+SACCT_FORMAT = ",".join(SACCT_FIELDS)
+
+
+def _value(text: str) -> str | None:
+    return None if text.strip().lower() in _NOT_A_VALUE else text
+
+
+def parse_slurm_time(text: str) -> dt.datetime | None:
+    """Slurm's ``2026-12-02T12:46:10`` (printed in UTC: the client sets TZ=UTC)."""
+    value = _value(text)
+    if value is None:
+        return None
+    return dt.datetime.fromisoformat(value).replace(tzinfo=dt.UTC)
+
+
+def parse_array_id(job_id_text: str) -> tuple[int | None, str | None]:
+    """``24_3`` → (24, "3"); ``24_[2-5%2]`` → (24, "[2-5%2]"); ``23`` → (None, None)."""
+    if "_" not in job_id_text:
+        return None, None
+    array_job, task = job_id_text.split("_", 1)
+    return int(array_job), task
+
+
+def parse_alloc_gpus(tres: str) -> int:
+    """GPUs from ``AllocTRES`` like ``billing=1,cpu=1,gres/gpu=2,mem=1000M,node=1``.
+
+    A typed entry (``gres/gpu:h200=2``) counts too, but not next to the untyped
+    total, which already includes it.
+    """
+    total, typed = None, 0
+    for item in tres.split(","):
+        name, _, count = item.partition("=")
+        if name == "gres/gpu":
+            total = int(count)
+        elif name.startswith("gres/gpu:"):
+            typed += int(count)
+    return total if total is not None else typed
+
+
+def parse_exit_code(text: str) -> tuple[int | None, int | None]:
+    """``ExitCode`` ``2:0`` → (2, 0); ``0:9`` → (0, 9) (killed by signal 9)."""
+    value = _value(text)
+    if value is None or ":" not in value:
+        return None, None
+    code, signal = value.split(":", 1)
+    return int(code), int(signal)
+
+
+def parse_squeue(text: str) -> list[QueueEntry]:
+    entries = []
+    for record in text.split(RECORD_SEPARATOR):
+        record = record.lstrip("\n")
+        if not record:
+            continue
+        fields = record.split(FIELD_SEPARATOR, len(SQUEUE_FIELDS) - 1)
+        (job_id, array_job, array_task, user, account, partition, state, reason,
+         submitted, started, time_limit, comment, name) = fields  # fmt: skip
+        task = _value(array_task)
+        entries.append(
+            QueueEntry(
+                job_id=int(job_id),
+                array_job_id=int(array_job) if task is not None else None,
+                array_task=task,
+                name=name,
+                user=user,
+                account=account,
+                partition=partition,
+                state=normalise_state(state),
+                reason=reason,
+                comment=_value(comment) or "",
+                submitted_at=parse_slurm_time(submitted),
+                # For a pending job squeue prints its expected start here; only a
+                # job that runs or ran has really started.
+                started_at=parse_slurm_time(started) if state != "PENDING" else None,
+                time_limit_minutes=parse_time_minutes(time_limit) if _value(time_limit) else None,
+            )
+        )
+    return entries
+
+
+def parse_sacct(text: str) -> list[AccountingEntry]:
+    entries = []
+    pending = ""
+    for line in text.splitlines():
+        # A newline inside a job name (the last field) continues the record.
+        pending = f"{pending}\n{line}" if pending else line
+        if pending.count(FIELD_SEPARATOR) < len(SACCT_FIELDS) - 1:
+            continue
+        fields, pending = pending.split(FIELD_SEPARATOR, len(SACCT_FIELDS) - 1), ""
+        (raw_id, job_id, user, account, partition, state, exit_code, alloc_tres, elapsed,
+         submitted, started, ended, comment, name) = fields  # fmt: skip
+        array_job_id, array_task = parse_array_id(job_id)
+        code, signal = parse_exit_code(exit_code)
+        entries.append(
+            AccountingEntry(
+                job_id=int(raw_id),
+                array_job_id=array_job_id,
+                array_task=array_task,
+                name=name,
+                user=user,
+                account=account,
+                partition=partition,
+                state=normalise_state(state),
+                exit_code=code,
+                signal=signal,
+                allocated_gpus=parse_alloc_gpus(alloc_tres),
+                elapsed_s=int(elapsed or 0),
+                submitted_at=parse_slurm_time(submitted),
+                started_at=parse_slurm_time(started),
+                ended_at=parse_slurm_time(ended),
+                comment=_value(comment) or "",
+            )
+        )
+    return entries
+
+
+_TEST_ONLY = re.compile(r"to start at (?P<at>\S+) using \d+ processors on nodes (?P<nodes>\S+)")
+
+
+def parse_test_only(text: str) -> StartEstimate:
+    """sbatch ``--test-only``: ``Job 3 to start at 2026-12-02T12:00:00 using 1 processors on
+    nodes vm in partition gpu``."""
+    match = _TEST_ONLY.search(text)
+    if not match:
+        return StartEstimate(starts_at=None, nodes="")
+    return StartEstimate(starts_at=parse_slurm_time(match["at"]), nodes=match["nodes"])
+
+
+def parse_gpu_usage_minutes(grp_tres_raw: str) -> int:
+    """GPU-minutes from sshare's ``GrpTRESRaw`` like ``cpu=30,mem=30000,gres/gpu=12``."""
+    for item in grp_tres_raw.split(","):
+        name, _, value = item.partition("=")
+        if name == "gres/gpu":
+            return int(float(value))
+    return 0

@@ -1,21 +1,68 @@
-"""The one protocol every Slurm backend implements."""
+"""The one protocol every Slurm backend implements.
 
+Every method raises only the errors of ``clusters.slurm.errors``:
+``SlurmUnavailable`` when Slurm cannot be reached or does not answer in time
+(for a change, the outcome is then unknown, never "failed"), ``SlurmRejected``
+with Slurm's own message when it refuses, ``NotFound`` when a job or account
+does not exist.
+"""
+
+import datetime as dt
 from typing import Protocol
 
-from clusters.slurm.types import PartitionInfo
+from clusters.slurm.types import (
+    AccountingEntry,
+    PartitionInfo,
+    QueueEntry,
+    StartEstimate,
+    SubmitRequest,
+)
 
 
 class SlurmClient(Protocol):
     cluster_name: str
 
     def ping(self) -> None:
-        """Return when the controller answers; raise ``SlurmUnavailable`` otherwise."""
+        """Return when the controller answers."""
+
+    def submit(self, request: SubmitRequest) -> int:
+        """Queue the batch job as ``request.user``; return its Slurm job id."""
+
+    def find_by_comment(self, comment: str) -> list[int]:
+        """Ids of the jobs whose comment is exactly ``comment``.
+
+        The queue is asked first, then accounting (for a job that already ended).
+        """
+
+    def queue(self) -> list[QueueEntry]:
+        """Every job in the cluster's queue, in one call."""
+
+    def accounting_since(self, since: dt.datetime) -> list[AccountingEntry]:
+        """Accounting records of jobs that changed (submitted, started, ended) since ``since``."""
+
+    def cancel(self, job_id: int, *, user: str) -> None:
+        """Cancel a job as its owner; a job that already ended is not an error."""
+
+    def hold(self, job_id: int, *, user: str) -> None:
+        """Keep a pending job from starting."""
+
+    def release(self, job_id: int, *, user: str) -> None:
+        """Let a held job start again."""
 
     def list_partitions(self) -> list[PartitionInfo]:
         """Every partition with its time limit and GPU counts."""
+
+    def estimate_start(self, request: SubmitRequest) -> StartEstimate:
+        """When the job would start if submitted now (``--test-only``); submits nothing."""
 
     def ensure_account(self, account: str, *, description: str) -> bool:
         """Create the Slurm account on this cluster if absent; True when it was created."""
 
     def ensure_user_association(self, *, user: str, account: str) -> bool:
         """Give a user an association with an account if absent; True when it was created."""
+
+    def set_gpu_minutes_limit(self, account: str, minutes: int | None) -> None:
+        """Set the account's ``GrpTRESMins=gres/gpu=N``; None removes the limit."""
+
+    def gpu_minutes_used(self, account: str) -> int:
+        """The account's raw GPU usage in GPU-minutes, as Slurm counts it against the limit."""

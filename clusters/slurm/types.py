@@ -1,6 +1,9 @@
-"""Typed results of the Slurm client protocol."""
+"""Typed requests and results of the Slurm client protocol."""
 
-from dataclasses import dataclass
+import datetime as dt
+from dataclasses import dataclass, field
+
+from clusters.slurm.states import SlurmJobState
 
 
 @dataclass(frozen=True)
@@ -13,3 +16,79 @@ class PartitionInfo:
     gpus_per_node: int
     gpu_type: str
     total_gpus: int
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    """One batch job, fully typed; every adapter turns it into the same Slurm job.
+
+    The authoritative resources (account, partition, nodes, GPUs, time) are
+    given to Slurm outside the script, so they win over any directive in it.
+    """
+
+    user: str  # the POSIX user the job runs as
+    script: str  # the whole batch script, starting with "#!"
+    account: str
+    partition: str
+    name: str
+    time_limit_minutes: int
+    working_directory: str
+    stdout_path: str
+    stderr_path: str
+    nodes: int = 1
+    gpus_per_node: int = 0
+    cpus_per_gpu: int | None = None
+    mem_per_gpu_mb: int | None = None
+    environment: dict[str, str] = field(default_factory=dict)
+    array: str | None = None  # Slurm's spec, e.g. "0-9%2"
+    after_ok: tuple[int, ...] = ()  # Slurm job ids this one waits for
+    comment: str = ""  # the portal puts "portal:<submit token>" here
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """A job (or one array task, or a still-pending array) as the queue shows it."""
+
+    job_id: int  # Slurm's own id of this record
+    array_job_id: int | None  # the array's id, for an array task or pending array
+    array_task: str | None  # "3", or "[4-9%2]" for the tasks not started yet
+    name: str
+    user: str
+    account: str
+    partition: str
+    state: SlurmJobState
+    reason: str  # why it pends, or "None"
+    comment: str
+    submitted_at: dt.datetime | None
+    started_at: dt.datetime | None
+    time_limit_minutes: int | None
+
+
+@dataclass(frozen=True)
+class AccountingEntry:
+    """One job (or array task) as accounting knows it: the base of charges."""
+
+    job_id: int  # Slurm's own id of this record (JobIDRaw)
+    array_job_id: int | None
+    array_task: str | None
+    name: str
+    user: str
+    account: str
+    partition: str
+    state: SlurmJobState
+    exit_code: int | None  # None while it runs
+    signal: int | None
+    allocated_gpus: int  # from AllocTRES gres/gpu; 0 if it never started
+    elapsed_s: int
+    submitted_at: dt.datetime | None
+    started_at: dt.datetime | None
+    ended_at: dt.datetime | None
+    comment: str
+
+
+@dataclass(frozen=True)
+class StartEstimate:
+    """Slurm's answer to ``--test-only``: when and where the job would start."""
+
+    starts_at: dt.datetime | None
+    nodes: str

@@ -1,0 +1,285 @@
+"""One contract, every adapter: the Slurm client against the live dev cluster.
+
+Each test runs once per backend (cli, rest, pyslurm); pyslurm is skipped with
+a reason when its binding is not installed.
+"""
+
+import datetime as dt
+import importlib.util
+import os
+import pwd
+import subprocess
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from clusters.models import Cluster
+from clusters.slurm import NotFound, SlurmRejected, SlurmUnavailable, client_for
+from clusters.slurm.states import SlurmJobState
+from clusters.slurm.types import SubmitRequest
+from tests.conftest import DEV_CLUSTER, REPO
+
+pytestmark = pytest.mark.slurm
+STACK = str(REPO / "dev" / "stack")
+USER = "alice"
+ACCOUNT = "contract"
+
+
+def stack_value(name: str) -> str:
+    output = subprocess.run([STACK, "env"], capture_output=True, text=True, check=True).stdout
+    return dict(line.split("=", 1) for line in output.splitlines())[name]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def contract_account(slurm_stack):
+    """A POSIX user with an association in an account of the tests' own."""
+    try:
+        pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(["useradd", "--create-home", USER], check=True)
+    subprocess.run(
+        ["sacctmgr", "-i", "add", "account", ACCOUNT, f"cluster={DEV_CLUSTER}"],
+        capture_output=True, check=False,
+    )  # fmt: skip
+    subprocess.run(
+        ["sacctmgr", "-i", "add", "user", USER, f"account={ACCOUNT}", f"cluster={DEV_CLUSTER}"],
+        capture_output=True, check=False,
+    )  # fmt: skip
+
+
+@pytest.fixture(params=["cli", "pyslurm"])
+def client(request, slurm_stack):
+    backend = request.param
+    if backend == "pyslurm" and importlib.util.find_spec("pyslurm") is None:
+        pytest.skip("the pyslurm binding is not installed (optional extra; needs Slurm 22.05's)")
+    cluster = Cluster(
+        name=DEV_CLUSTER,
+        backend=backend,
+        rest_url=stack_value("SLURM_REST_URL"),
+        jwt_key_file=stack_value("SLURM_JWT_KEY_FILE"),
+        admin_user="slurm",
+    )
+    return client_for(cluster, timeout_s=10)
+
+
+def job(**changes) -> SubmitRequest:
+    home = pwd.getpwnam(USER).pw_dir
+    request = SubmitRequest(
+        user=USER,
+        script="#!/bin/bash\nid -un\n",
+        account=ACCOUNT,
+        partition="debug",
+        name="contract",
+        time_limit_minutes=5,
+        working_directory=home,
+        stdout_path=f"{home}/contract-%j.out",
+        stderr_path=f"{home}/contract-%j.err",
+        gpus_per_node=1,
+        comment=f"portal:{uuid.uuid4()}",
+    )
+    return replace(request, **changes)
+
+
+def wait_for(what: str, probe, timeout_s: float = 45):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+
+
+def accounted(client, job_id: int, *, ended: bool = True):
+    since = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)
+
+    def probe():
+        for entry in client.accounting_since(since):
+            if entry.job_id == job_id and (entry.ended_at or not ended):
+                return entry
+        return None
+
+    return wait_for(f"job {job_id} in accounting", probe)
+
+
+def queued(client, job_id: int):
+    return next((entry for entry in client.queue() if entry.job_id == job_id), None)
+
+
+def test_a_job_runs_as_its_owner_and_is_accounted_with_its_gpus(client):
+    request = job(script="#!/bin/bash\nid -un\nsleep 2\n", gpus_per_node=2)
+    job_id = client.submit(request)
+    entry = accounted(client, job_id)
+    assert entry.state == SlurmJobState.COMPLETED
+    assert (entry.user, entry.account, entry.partition) == (USER, ACCOUNT, "debug")
+    assert entry.allocated_gpus == 2
+    assert entry.elapsed_s >= 2
+    assert entry.exit_code == 0
+    assert entry.comment == request.comment
+    assert entry.started_at <= entry.ended_at
+    output = request.stdout_path.replace("%j", str(job_id))
+    assert Path(output).read_text().strip() == USER
+
+
+def test_a_failing_job_keeps_its_exit_code(client):
+    entry = accounted(client, client.submit(job(script="#!/bin/bash\nexit 3\n")))
+    assert entry.state == SlurmJobState.FAILED
+    assert entry.exit_code == 3
+
+
+def test_a_job_sees_only_the_environment_it_was_given(client, monkeypatch):
+    monkeypatch.setenv("SBATCH_TIMELIMIT", "1")
+    monkeypatch.setenv("SLURM_PORTAL_LEAK", "leak")
+    monkeypatch.setenv("PORTAL_SECRET_KEY", "s3cret-of-the-worker")
+    request = job(script="#!/bin/bash\nenv\n", environment={"FOO": "bar baz", "N": "1"})
+    job_id = client.submit(request)
+    accounted(client, job_id)
+    env = Path(request.stdout_path.replace("%j", str(job_id))).read_text()
+    assert "FOO=bar baz\n" in env and "N=1\n" in env
+    assert "s3cret-of-the-worker" not in env
+    assert "SLURM_PORTAL_LEAK" not in env
+    assert "SBATCH_TIMELIMIT" not in env
+    assert "SLURM_JOB_PARTITION=debug" in env
+
+
+def test_a_job_whose_id_was_lost_is_found_by_its_token(client):
+    request = job(script="#!/bin/bash\nsleep 20\n")
+    job_id = client.submit(request)  # pretend the worker died before recording this id
+    assert client.find_by_comment(request.comment) == [job_id]
+    client.cancel(job_id, user=USER)
+    assert client.find_by_comment(f"portal:{uuid.uuid4()}") == []
+
+
+def test_a_job_that_left_the_queue_is_found_in_accounting(client):
+    request = job(script="#!/bin/bash\ntrue\n")
+    job_id = client.submit(request)
+    wait_for("the job to leave the queue", lambda: queued(client, job_id) is None, 60)
+    assert client.find_by_comment(request.comment) == [job_id]
+
+
+def test_cancel_ends_a_job_and_is_safe_to_repeat(client):
+    job_id = client.submit(job(script="#!/bin/bash\nsleep 60\n"))
+    client.cancel(job_id, user=USER)
+    assert accounted(client, job_id).state == SlurmJobState.CANCELLED
+    client.cancel(job_id, user=USER)  # already ended: no error
+
+
+def test_cancelling_an_unknown_job_is_not_found(client):
+    with pytest.raises(NotFound):
+        client.cancel(99_999_999, user=USER)
+
+
+def test_hold_and_release(client):
+    blocker = client.submit(job(script="#!/bin/bash\nsleep 60\n"))
+    job_id = client.submit(job(after_ok=(blocker,)))
+    try:
+        client.hold(job_id, user=USER)
+        entry = wait_for("the hold", lambda: (e := queued(client, job_id)) and
+                         e.reason == "JobHeldUser" and e)  # fmt: skip
+        assert entry.state == SlurmJobState.PENDING
+        client.release(job_id, user=USER)
+        entry = wait_for("the release", lambda: (e := queued(client, job_id)) and
+                         e.reason != "JobHeldUser" and e)  # fmt: skip
+        assert entry.state == SlurmJobState.PENDING  # still waiting for its dependency
+        assert entry.reason in {"None", "Dependency"}
+    finally:
+        client.cancel(job_id, user=USER)
+        client.cancel(blocker, user=USER)
+
+
+@pytest.mark.parametrize(
+    ("changes", "slurm_says"),
+    [
+        ({"account": "no-such-account"}, "Invalid account"),
+        ({"gpus_per_node": 9}, "Requested node configuration is not available"),
+        ({"partition": "no-such-partition"}, "nvalid partition"),
+        ({"time_limit_minutes": 120}, "time limit"),
+    ],
+)
+def test_a_refused_submission_carries_slurms_message(client, changes, slurm_says):
+    with pytest.raises(SlurmRejected) as refused:
+        client.submit(job(**changes))
+    assert slurm_says.lower() in refused.value.message.lower()
+
+
+def test_the_queue_lists_pending_array_tasks(client):
+    blocker = client.submit(job(script="#!/bin/bash\nsleep 60\n"))
+    array_id = client.submit(job(array="0-3%2", after_ok=(blocker,)))
+    try:
+        entries = [e for e in client.queue() if e.array_job_id == array_id]
+        assert entries and all(e.state == SlurmJobState.PENDING for e in entries)
+        assert entries[0].array_task in {"0-3%2", "[0-3%2]"}
+    finally:
+        client.cancel(array_id, user=USER)
+        client.cancel(blocker, user=USER)
+
+
+def test_it_lists_the_partitions_with_their_limits(client):
+    partitions = {p.name: p for p in client.list_partitions()}
+    assert partitions["gpu"].is_default and partitions["gpu"].max_time_minutes == 7 * 24 * 60
+    assert partitions["debug"].max_time_minutes == 60
+    assert partitions["debug"].gpus_per_node == 8 and partitions["debug"].gpu_type == "h200"
+
+
+def test_an_estimate_submits_nothing(client):
+    request = job()
+    estimate = client.estimate_start(request)
+    if estimate.starts_at is not None:
+        assert estimate.starts_at < dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    assert client.find_by_comment(request.comment) == []
+
+
+def test_accounts_and_associations_are_ensured_once(client):
+    account = f"c{uuid.uuid4().hex[:10]}"
+    try:
+        assert client.ensure_account(account, description="contract test") is True
+        assert client.ensure_account(account, description="contract test") is False
+        assert client.ensure_user_association(user=USER, account=account) is True
+        assert client.ensure_user_association(user=USER, account=account) is False
+        assert client.gpu_minutes_used(account) == 0
+    finally:
+        subprocess.run(["sacctmgr", "-i", "delete", "account", account], capture_output=True)
+
+
+def test_a_gpu_minutes_limit_makes_an_over_budget_job_pend(client):
+    client.set_gpu_minutes_limit(ACCOUNT, 1)
+    try:
+        job_id = client.submit(job(time_limit_minutes=5, script="#!/bin/bash\nsleep 1\n"))
+        entry = wait_for("the limit to hold the job", lambda: (e := queued(client, job_id)) and
+                         e.reason.startswith("AssocGrp") and e)  # fmt: skip
+        assert entry.state == SlurmJobState.PENDING
+        assert entry.reason == "AssocGrpGRESMinutes"
+        client.set_gpu_minutes_limit(ACCOUNT, None)
+        assert accounted(client, job_id).state == SlurmJobState.COMPLETED
+    finally:
+        client.set_gpu_minutes_limit(ACCOUNT, None)
+
+
+def test_usage_of_an_unknown_account_is_not_found(client):
+    with pytest.raises(NotFound):
+        client.gpu_minutes_used("no-such-account")
+
+
+@pytest.mark.parametrize("component", ["slurmctld"])
+def test_a_stopped_controller_is_unavailable_within_the_timeout(client, component):
+    subprocess.run([STACK, "stop", component], check=True, capture_output=True)
+    try:
+        started = time.monotonic()
+        with pytest.raises(SlurmUnavailable):
+            client.queue()
+        with pytest.raises(SlurmUnavailable):
+            client.ping()
+        assert time.monotonic() - started < 2 * 12  # two calls, each bounded by its timeout
+    finally:
+        subprocess.run([STACK, "start", component], check=True, capture_output=True)
+
+
+def test_the_worker_environment_is_not_passed_to_slurm_tools(client, monkeypatch):
+    # A worker's SLURM_* variables would redirect or reshape every command.
+    monkeypatch.setenv("SLURM_CONF", "/nonexistent/slurm.conf")
+    monkeypatch.setenv("SQUEUE_FORMAT", "%i")
+    assert isinstance(client.queue(), list)
+    assert os.environ["SLURM_CONF"] == "/nonexistent/slurm.conf"
