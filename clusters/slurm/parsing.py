@@ -197,15 +197,21 @@ def parse_squeue(text: str) -> list[QueueEntry]:
     return entries
 
 
+def _sacct_records(text: str) -> list[list[str]]:
+    """Split sacct's lines into records; a newline inside a job name (the last
+    field) makes a line without separators, which continues the record before it."""
+    records: list[list[str]] = []
+    for line in text.splitlines():
+        if line.count(FIELD_SEPARATOR) >= len(SACCT_FIELDS) - 1:
+            records.append(line.split(FIELD_SEPARATOR, len(SACCT_FIELDS) - 1))
+        elif records:
+            records[-1][-1] += "\n" + line
+    return records
+
+
 def parse_sacct(text: str) -> list[AccountingEntry]:
     entries = []
-    pending = ""
-    for line in text.splitlines():
-        # A newline inside a job name (the last field) continues the record.
-        pending = f"{pending}\n{line}" if pending else line
-        if pending.count(FIELD_SEPARATOR) < len(SACCT_FIELDS) - 1:
-            continue
-        fields, pending = pending.split(FIELD_SEPARATOR, len(SACCT_FIELDS) - 1), ""
+    for fields in _sacct_records(text):
         (raw_id, job_id, user, account, partition, state, exit_code, alloc_tres, elapsed,
          submitted, started, ended, comment, name) = fields  # fmt: skip
         array_job_id, array_task = parse_array_id(job_id)
