@@ -1,6 +1,7 @@
 from celery import shared_task
 
 from clusters.models import Cluster
+from clusters.selectors import clusters_enabled
 from clusters.services import partitions_sync
 from clusters.slurm import SlurmUnavailable
 
@@ -8,3 +9,9 @@ from clusters.slurm import SlurmUnavailable
 @shared_task(autoretry_for=(SlurmUnavailable,), retry_backoff=True, max_retries=5)
 def partitions_sync_task(cluster_id: int) -> None:
     partitions_sync(cluster=Cluster.objects.get(id=cluster_id))
+
+
+@shared_task
+def partitions_sync_all_task() -> None:
+    for cluster_id in clusters_enabled().values_list("id", flat=True):
+        partitions_sync_task.delay(cluster_id)

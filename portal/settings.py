@@ -160,6 +160,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": env_int("PORTAL_BROKER_VISIBILITY_TIMEOUT_S", 3600, minimum=60),
     "socket_connect_timeout": 2,
 }
+CELERY_TASK_DEFAULT_QUEUE = env_str("PORTAL_TASK_QUEUE", "celery")
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -179,6 +180,10 @@ CELERY_BEAT_SCHEDULE = {
     "heartbeat": {
         "task": "portal.tasks.heartbeat_task",
         "schedule": PORTAL_HEARTBEAT_INTERVAL_S,
+    },
+    "partitions-sync": {
+        "task": "clusters.tasks.partitions_sync_all_task",
+        "schedule": env_int("PORTAL_PARTITIONS_SYNC_INTERVAL_S", 600, minimum=10),
     },
 }
 

@@ -65,19 +65,27 @@ def charlie(db):
 
 
 @pytest.fixture(scope="session")
-def celery_worker():
-    """A real Celery worker process on a queue of its own; yields (queue, hostname).
+def celery_worker(django_db_setup):
+    """A real Celery worker process on the test database; yields (queue, hostname).
 
-    Its own queue keeps it from competing with a dev worker started by `make up`
-    on the same broker, and keeps that worker away from the tests' tasks.
+    It takes tasks from a queue of its own and sends the tasks it enqueues
+    there too; tests that need it commit their data (``transactional_db``).
     """
+    from django.db import connection
+
     from portal.celery import app
 
     queue = f"test-{uuid.uuid4().hex[:8]}"
     hostname = f"{queue}@localhost"
     log = REPO / "var" / f"{queue}.log"
     log.parent.mkdir(exist_ok=True)
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings"}
+    db = connection.settings_dict
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "portal.settings",
+        "PORTAL_DATABASE_URL": f"postgresql://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "PORTAL_TASK_QUEUE": queue,
+    }
     with log.open("w") as log_file:
         process = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "portal", "worker", "--queues", queue,
