@@ -14,7 +14,6 @@ class Cluster(models.Model):
     class Backend(models.TextChoices):
         REST = "rest", _("slurmrestd (REST API with JWT)")
         CLI = "cli", _("Slurm command-line tools")
-        PYSLURM = "pyslurm", _("pyslurm (Python bindings)")
 
     name = models.CharField(
         max_length=40,

@@ -1,0 +1,189 @@
+"""Latency of the Slurm client's submit, queue listing and accounting query.
+
+For each available adapter, beside the fastest raw way to get the same fields
+(measured in the same run): `sbatch --parsable`, `squeue --noheader -o` and
+`sacct -P -o` with the adapter's own formats (and, for the rest adapter,
+slurmrestd's `GET /jobs` with a fresh and an unchanged `update_time`).
+
+    .venv/bin/python bench/slurm_client.py [--queued 1000] [--accounted 1000] [--repeat 7]
+
+Needs the dev stack and the demo data (`make up`, or `dev/stack start` and
+`manage.py seed_demo`). It leaves 1,000 finished jobs in accounting (they are
+what it measures) and cancels the jobs it queued.
+"""
+
+import argparse
+import datetime as dt
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+
+import django
+
+django.setup()
+
+from django.conf import settings  # noqa: E402
+
+from clusters.models import Cluster  # noqa: E402
+from clusters.slurm import client_for  # noqa: E402
+from clusters.slurm.cli import sbatch_arguments, slurm_environment  # noqa: E402
+from clusters.slurm.parsing import FIELD_SEPARATOR, SACCT_FORMAT, SQUEUE_FORMAT  # noqa: E402
+from clusters.slurm.types import SubmitRequest  # noqa: E402
+
+USER, ACCOUNT, PARTITION = "alice", "vision", "debug"
+QUEUED_NAME, ACCOUNTED_NAME = "bench-queued", "bench-accounted"
+STACK = Path(__file__).resolve().parent.parent / "dev" / "stack"
+
+
+def request(name: str, *, after_ok: tuple[int, ...] = (), script: str = "true") -> SubmitRequest:
+    return SubmitRequest(
+        user=USER,
+        script=f"#!/bin/bash\n{script}\n",
+        account=ACCOUNT,
+        partition=PARTITION,
+        name=name,
+        time_limit_minutes=1,
+        working_directory="/tmp",
+        stdout_path="/dev/null",
+        stderr_path="/dev/null",
+        gpus_per_node=1,
+        after_ok=after_ok,
+    )
+
+
+def run(argv: list[str], stdin: str | None = None) -> str:
+    return subprocess.run(
+        argv, input=stdin, capture_output=True, text=True, check=True, env=slurm_environment()
+    ).stdout
+
+
+def raw_sbatch(job: SubmitRequest) -> str:
+    argv = ["runuser", "-u", job.user, "--", "sbatch", "--parsable", *sbatch_arguments(job)]
+    return run(argv, job.script)
+
+
+def median_ms(action: Callable[[], object], repeat: int) -> float:
+    timings = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        action()
+        timings.append((time.perf_counter() - started) * 1000)
+    return statistics.median(timings)
+
+
+def count_jobs(name: str, since: str) -> int:
+    output = run(["sacct", "-a", "-X", "-n", "-P", f"--name={name}", f"-S{since}", "-o", "State"])
+    return sum(1 for line in output.splitlines() if line == "COMPLETED")
+
+
+def prepare(queued: int, accounted: int, since: str) -> int:
+    """Fill accounting with finished jobs and the queue with pending ones; return the blocker."""
+    missing = accounted - count_jobs(ACCOUNTED_NAME, since)
+    if missing > 0:
+        print(f"submitting {missing} short jobs for accounting…", file=sys.stderr)
+        for _ in range(missing):
+            raw_sbatch(request(ACCOUNTED_NAME))
+        deadline = time.monotonic() + 600
+        while count_jobs(ACCOUNTED_NAME, since) < accounted:
+            if time.monotonic() > deadline:
+                raise SystemExit("the accounting jobs did not finish in 10 minutes")
+            time.sleep(1)
+    blocker = int(raw_sbatch(request(QUEUED_NAME, script="sleep 600")).split(";")[0])
+    run(["scontrol", "hold", str(blocker)])
+    print(f"queueing {queued} pending jobs…", file=sys.stderr)
+    for _ in range(queued):
+        raw_sbatch(request(QUEUED_NAME, after_ok=(blocker,)))
+    return blocker
+
+
+def clients() -> dict[str, object]:
+    env = dict(line.split("=", 1) for line in run([str(STACK), "env"]).splitlines())
+    found = {}
+    for backend in Cluster.Backend.values:
+        cluster = Cluster(
+            name="portal-dev",
+            backend=backend,
+            rest_url=env["SLURM_REST_URL"],
+            jwt_key_file=env["SLURM_JWT_KEY_FILE"],
+            admin_user="slurm",
+        )
+        try:
+            found[backend] = client_for(cluster, timeout_s=60)
+        except Exception as exc:  # noqa: BLE001 - an adapter that cannot be built is skipped
+            print(f"{backend}: not measured ({exc})", file=sys.stderr)
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--queued", type=int, default=1000)
+    parser.add_argument("--accounted", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args()
+
+    window_start = dt.datetime.now(dt.UTC) - dt.timedelta(hours=6)
+    since = window_start.strftime("%Y-%m-%dT%H:%M:%S")
+    blocker = prepare(args.queued, args.accounted, since)
+    try:
+        figures = measure(clients(), blocker, window_start, since, args.repeat)
+    finally:
+        run(["scancel", f"--name={QUEUED_NAME}"])
+    print_table(figures, args)
+
+
+def measure(found, blocker, window_start, since, repeat) -> dict[str, float]:
+    queue_argv = ["squeue", "--noheader", "--all", "--states=all", "-o", SQUEUE_FORMAT]
+    sacct_argv = ["sacct", "--allusers", "--allocations", "--noheader", "--parsable2",
+                  f"--delimiter={FIELD_SEPARATOR}", f"--starttime={since}", "--endtime=now",
+                  f"--format={SACCT_FORMAT}"]  # fmt: skip
+    pending = request(QUEUED_NAME, after_ok=(blocker,))
+    figures = {
+        "raw_sbatch_ms": median_ms(lambda: raw_sbatch(pending), repeat),
+        "raw_squeue_ms": median_ms(lambda: run(queue_argv), repeat),
+        "raw_sacct_ms": median_ms(lambda: run(sacct_argv), repeat),
+        "queued_jobs": len(run(queue_argv).split("\x1e")) - 1,
+        "accounted_jobs": len(run(sacct_argv).splitlines()),
+    }
+    for backend, client in found.items():
+        figures[f"{backend}_submit_ms"] = median_ms(lambda c=client: c.submit(pending), repeat)
+        figures[f"{backend}_queue_ms"] = median_ms(lambda c=client: c.queue(), repeat)
+        figures[f"{backend}_accounting_ms"] = median_ms(
+            lambda c=client: c.accounting_since(window_start), repeat
+        )
+    if "cli" in found:
+        figures["queue_overhead_ratio"] = figures["cli_queue_ms"] / figures["raw_squeue_ms"]
+        figures["accounting_overhead_ratio"] = (
+            figures["cli_accounting_ms"] / figures["raw_sacct_ms"]
+        )
+        figures["submit_overhead_ratio"] = figures["cli_submit_ms"] / figures["raw_sbatch_ms"]
+    return figures
+
+
+def print_table(figures: dict[str, float], args) -> None:
+    print(f"{run(['sinfo', '--version']).strip()}: {figures['queued_jobs']} jobs queued, "
+          f"{figures['accounted_jobs']} in the accounting window; median of {args.repeat}, "
+          f"command timeout {settings.SLURM_COMMAND_TIMEOUT_S} s")  # fmt: skip
+    print(f"{'':<14}{'submit':>10}{'queue':>10}{'accounting':>12}")
+    print(f"{'raw command':<14}{figures['raw_sbatch_ms']:>8.1f}ms{figures['raw_squeue_ms']:>8.1f}ms"
+          f"{figures['raw_sacct_ms']:>10.1f}ms")  # fmt: skip
+    for backend in Cluster.Backend.values:
+        if f"{backend}_queue_ms" in figures:
+            print(f"{backend + ' adapter':<14}{figures[f'{backend}_submit_ms']:>8.1f}ms"
+                  f"{figures[f'{backend}_queue_ms']:>8.1f}ms"
+                  f"{figures[f'{backend}_accounting_ms']:>10.1f}ms")  # fmt: skip
+    ratios = {k: v for k, v in figures.items() if k.endswith("_ratio")}
+    for name, value in ratios.items():
+        print(f"{name:<28}{value:>6.2f}")
+    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in figures.items()}))
+
+
+if __name__ == "__main__":
+    main()
