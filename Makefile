@@ -25,15 +25,17 @@ status:
 	-dev/portal status
 	dev/stack status
 
-# Run lint and the whole test suite against the real local stack, started here.
+# Run lint, type checks and the whole test suite against the real local stack, started here.
 test: $(INSTALLED) stack
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest
 
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 format: $(INSTALLED)
 	$(VENV)/bin/ruff check --fix .

@@ -8,10 +8,10 @@ from accounts.models import Allocation, Membership, Project, User
 class UserAdmin(DjangoUserAdmin):
     list_display = ["username", "posix_username", "email", "is_staff", "is_active"]
     search_fields = ["username", "posix_username", "email", "first_name", "last_name"]
-    fieldsets = [
-        *DjangoUserAdmin.fieldsets,
+    fieldsets = (
+        *(DjangoUserAdmin.fieldsets or ()),
         ("Slurm", {"fields": ["posix_username"]}),
-    ]
+    )
 
 
 class MembershipInline(admin.TabularInline):
@@ -24,7 +24,7 @@ class AllocationInline(admin.TabularInline):
     model = Allocation
     extra = 0
     fields = ["cluster", "state", "starts_on", "ends_on", "granted_gpu_seconds"]
-    readonly_fields = fields
+    readonly_fields = ["cluster", "state", "starts_on", "ends_on", "granted_gpu_seconds"]
     can_delete = False
     show_change_link = True
 

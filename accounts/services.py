@@ -61,11 +61,13 @@ def project_slurm_ensure(*, project: Project, cluster: Cluster) -> list[str]:
     created = []
     if client.ensure_account(project.slurm_account, description=project.name):
         created.append(f"account {project.slurm_account}")
-    posix_users = (
-        project.memberships.exclude(user__posix_username=None)
-        .order_by("user__posix_username")
-        .values_list("user__posix_username", flat=True)
-    )
+    posix_users = [
+        name
+        for name in project.memberships.order_by("user__posix_username").values_list(
+            "user__posix_username", flat=True
+        )
+        if name is not None
+    ]
     for posix_username in posix_users:
         if client.ensure_user_association(user=posix_username, account=project.slurm_account):
             created.append(f"association {posix_username}@{project.slurm_account}")

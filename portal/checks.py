@@ -8,7 +8,7 @@ run while, say, Redis restarts.
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.core.checks import Error, Tags, Warning, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError, connections
 
 from portal.health import broker_status
@@ -49,7 +49,7 @@ def check_database(app_configs, databases=None, **kwargs):
 @register()
 def check_broker(app_configs, **kwargs):
     parts = urlsplit(settings.CELERY_BROKER_URL)
-    errors = []
+    errors: list[CheckMessage] = []
     database = parts.path.lstrip("/")
     if database and not database.isdigit():
         errors.append(

@@ -85,21 +85,23 @@ def seed_demo(*, cluster_name: str, reset_passwords: bool = False) -> tuple[list
 
     today = timezone.localdate()
     projects = {}
-    for spec in PROJECTS:
-        project = Project.objects.filter(slug=spec.slug).first()
+    for project_spec in PROJECTS:
+        project = Project.objects.filter(slug=project_spec.slug).first()
         if project is None:
-            project = project_create(slug=spec.slug, name=spec.name, slurm_account=spec.slug)
-            changes.append(f"project {spec.slug}")
+            project = project_create(
+                slug=project_spec.slug, name=project_spec.name, slurm_account=project_spec.slug
+            )
+            changes.append(f"project {project_spec.slug}")
         if not project.allocations.filter(cluster=cluster).exists():
             allocation_create(
                 project=project,
                 cluster=cluster,
-                gpu_hours=spec.gpu_hours,
+                gpu_hours=project_spec.gpu_hours,
                 starts_on=dt.date(today.year, 1, 1),
                 ends_on=dt.date(today.year + 1, 1, 1),
             )
-            changes.append(f"allocation {spec.gpu_hours} GPU-h for {spec.slug}")
-        projects[spec.slug] = project
+            changes.append(f"allocation {project_spec.gpu_hours} GPU-h for {project_spec.slug}")
+        projects[project_spec.slug] = project
 
     logins = []
     for spec in USERS:

@@ -53,7 +53,7 @@ def broker_status() -> dict:
 
 
 def cluster_statuses() -> dict[str, dict]:
-    statuses = {}
+    statuses: dict[str, dict] = {}
     try:
         clusters = list(clusters_enabled())
     except DatabaseError:
