@@ -1,36 +1,63 @@
-"""dev/stack brings up a real Slurm cluster, idempotently."""
+"""dev/stack brings up a real single-node Slurm cluster, idempotently.
+
+These tests use the live stack: they start it themselves (``dev/stack start``
+changes nothing when it is already up) and need root, like the stack does.
+"""
 
 import base64
 import hashlib
 import hmac
 import json
+import pwd
 import subprocess
 import time
 import urllib.error
 import urllib.request
+import uuid
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
-
 pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parents[2]
 STACK = str(REPO / "dev" / "stack")
+COMPONENTS = ("postgresql", "redis", "mariadb", "munge", "slurmdbd", "slurmctld", "slurmd",
+              "slurmrestd")  # fmt: skip
+POSIX_USER = "portal-stacktest"
+SLURM_ACCOUNT = "portal-stacktest"
+TIMEOUT_S = 60  # generous: other work may share the eight GPUs
+
+
+def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, check=False, timeout=timeout)
 
 
 def stack(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([STACK, *args], capture_output=True, text=True, check=False, timeout=300)
+    return run(STACK, *args)
 
 
 def pids() -> dict[str, str]:
-    lines = stack("status").stdout.splitlines()
-    return {line.split()[0]: line.split()[-1] for line in lines if " pid " in line}
+    """Each component that `dev/stack status` reports up, with its pid."""
+    rows = (line.split() for line in stack("status").stdout.splitlines())
+    return {row[0]: row[3] for row in rows if row[1:3] == ["up", "pid"]}
 
 
-def stack_env() -> dict[str, str]:
-    return dict(line.split("=", 1) for line in stack("env").stdout.splitlines())
+def wait_for(what: str, probe, done, timeout_s: float = TIMEOUT_S):
+    """Poll probe() until done(its result); fail with what was last seen."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        seen = probe()
+        if done(seen):
+            return seen
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} within {timeout_s:.0f}s; last seen: {seen!r}", pytrace=False)
+        time.sleep(0.25)
 
 
 def mint_jwt(user: str, key: bytes, lifetime_s: int = 60) -> str:
+    """An HS256 token as the portal makes them: claims sun, iat and exp."""
+
     def b64(data: bytes) -> str:
         return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
@@ -41,65 +68,138 @@ def mint_jwt(user: str, key: bytes, lifetime_s: int = 60) -> str:
     return f"{header}.{claims}.{b64(signature)}"
 
 
-def rest_get(path: str, headers: dict[str, str]) -> int:
-    url = stack_env()["SLURM_REST_URL"] + path
+def rest_status(env: dict[str, str], path: str, headers: dict[str, str]) -> int:
+    request = urllib.request.Request(env["SLURM_REST_URL"] + path, headers=headers)
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10):
-            return 200
+        with urllib.request.urlopen(request, timeout=15) as response:
+            return response.status
     except urllib.error.HTTPError as error:
         return error.code
 
 
-def test_a_second_start_changes_nothing(slurm_stack):
+@pytest.fixture(scope="module", autouse=True)
+def stack_env() -> dict[str, str]:
+    started = stack("start")
+    assert started.returncode == 0, f"dev/stack start failed:\n{started.stdout}{started.stderr}"
+    return dict(line.split("=", 1) for line in stack("env").stdout.splitlines())
+
+
+@pytest.fixture(scope="module")
+def stack_user(stack_env) -> pwd.struct_passwd:
+    """A POSIX user with a home and a Slurm association; made once, kept between runs."""
+    try:
+        pwd.getpwnam(POSIX_USER)
+    except KeyError:
+        run("useradd", "--create-home", "--shell", "/bin/sh", POSIX_USER).check_returncode()
+    accounts = run("sacctmgr", "-nP", "list", "account", SLURM_ACCOUNT, "format=account").stdout
+    if SLURM_ACCOUNT not in accounts.split():
+        run("sacctmgr", "-i", "add", "account", SLURM_ACCOUNT,
+            "description=dev/stack tests", "organization=portal").check_returncode()  # fmt: skip
+    associations = run("sacctmgr", "-nP", "list", "association", f"user={POSIX_USER}",
+                       f"account={SLURM_ACCOUNT}", "format=user").stdout  # fmt: skip
+    if POSIX_USER not in associations.split():
+        run("sacctmgr", "-i", "add", "user", POSIX_USER,
+            f"account={SLURM_ACCOUNT}").check_returncode()  # fmt: skip
+    return pwd.getpwnam(POSIX_USER)
+
+
+def test_env_describes_the_dev_cluster(stack_env):
+    assert stack_env["SLURM_CLUSTER_NAME"] == "portal-dev"
+    assert stack_env["SLURM_REST_URL"] == "http://127.0.0.1:6820"
+    assert Path(stack_env["SLURM_JWT_KEY_FILE"]).stat().st_size >= 32
+    assert Path(stack_env["SLURM_JWT_KEY_FILE"]).parent == Path(stack_env["PORTAL_STACK_DIR"])
+
+
+def test_status_lists_every_component_up():
+    result = stack("status")
+    assert result.returncode == 0, result.stdout
+    assert set(pids()) == set(COMPONENTS), result.stdout
+
+
+def test_a_second_start_leaves_every_daemon_as_it_was():
     before = pids()
     result = stack("start")
     assert result.returncode == 0, result.stderr
     assert pids() == before
-    assert set(before) == {"munge", "slurmdbd", "slurmctld", "slurmd", "slurmrestd"}
+    assert set(before) == set(COMPONENTS)
 
 
-def test_status_lists_every_component_up(slurm_stack):
-    result = stack("status")
-    assert result.returncode == 0
-    for component in ("postgresql", "redis", "mariadb", "munge", "slurmdbd", "slurmctld",
-                      "slurmd", "slurmrestd"):  # fmt: skip
-        assert f"{component:<11} up" in result.stdout
-
-
-def test_sinfo_lists_eight_h200_gpus_in_two_partitions(slurm_stack):
-    result = subprocess.run(
-        ["sinfo", "--noheader", "--format=%P|%l|%G|%T"], capture_output=True, text=True, check=True
-    )
+def test_sinfo_lists_eight_h200_gpus_in_both_partitions():
+    result = run("sinfo", "--noheader", "--format=%P|%l|%G")
+    assert result.returncode == 0, result.stderr
     rows = {line.split("|")[0]: line.split("|")[1:] for line in result.stdout.splitlines()}
-    assert rows["gpu*"][:2] == ["7-00:00:00", "gpu:h200:8"]
-    assert rows["debug"][:2] == ["1:00:00", "gpu:h200:8"]
+    assert rows == {"gpu*": ["7-00:00:00", "gpu:h200:8"], "debug": ["1:00:00", "gpu:h200:8"]}
 
 
-def test_a_stopped_daemon_starts_again_and_others_keep_running(slurm_stack):
-    before = pids()
-    assert stack("stop", "slurmrestd").returncode == 0
-    assert stack("status").returncode == 1
-    assert stack("stop", "slurmrestd").stdout.strip().endswith("not running")
-    assert stack("start", "slurmrestd").returncode == 0
-    after = pids()
-    assert after["slurmrestd"] != before["slurmrestd"]
-    assert {k: v for k, v in after.items() if k != "slurmrestd"} == {
-        k: v for k, v in before.items() if k != "slurmrestd"
-    }
+def test_a_job_runs_as_its_user_and_is_accounted_with_its_gpu_and_comment(stack_user):
+    comment = f"portal:{uuid.uuid4()}"
+    output = Path(stack_user.pw_dir) / f"stacktest-{uuid.uuid4().hex[:8]}.out"
+    submitted = run("runuser", "-u", POSIX_USER, "--", "sbatch", "--parsable",
+                    f"--account={SLURM_ACCOUNT}", "--partition=gpu", "--gpus=1",
+                    f"--comment={comment}", f"--chdir={stack_user.pw_dir}",
+                    f"--output={output}", "--wrap", "id -un")  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip().split(";")[0]
+
+    def accounting() -> list[str]:
+        result = run("sacct", "--noheader", "--allocations", "--parsable2", f"--jobs={job_id}",
+                     "--format=State,User,AllocTRES,Comment")  # fmt: skip
+        return result.stdout.strip().split("|")
+
+    def ended(row: list[str]) -> bool:
+        return row[0] not in ("", "PENDING", "RUNNING", "COMPLETING", "REQUEUED", "SUSPENDED")
+
+    row = wait_for(f"job {job_id} to end and reach accounting", accounting, ended)
+    state, user, alloc_tres, stored_comment = row
+    assert state == "COMPLETED", row
+    assert user == POSIX_USER
+    assert "gres/gpu=1" in alloc_tres.split(",")
+    assert stored_comment == comment
+    assert output.read_text().strip() == POSIX_USER
+    assert output.stat().st_uid == stack_user.pw_uid
 
 
-def test_it_refuses_to_stop_the_machines_services(slurm_stack):
+@pytest.mark.parametrize("token_from", ["minted from the key file", "scontrol token"])
+def test_slurmrestd_answers_a_request_with_a_jwt(stack_env, token_from):
+    if token_from == "scontrol token":
+        issued = run("scontrol", "token", "username=root", "lifespan=60")
+        assert issued.returncode == 0, issued.stderr
+        token = issued.stdout.strip().removeprefix("SLURM_JWT=")
+    else:
+        token = mint_jwt("root", Path(stack_env["SLURM_JWT_KEY_FILE"]).read_bytes())
+    headers = {"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": token}
+    assert rest_status(stack_env, "/slurm/v0.0.38/diag", headers) == 200
+    assert rest_status(stack_env, "/slurm/v0.0.38/partitions", headers) == 200
+
+
+def test_slurmrestd_refuses_a_request_without_a_valid_jwt(stack_env):
+    forged = mint_jwt("root", b"not the cluster's key")
+    assert rest_status(stack_env, "/slurm/v0.0.38/diag", {}) in (401, 403)
+    forged_headers = {"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": forged}
+    assert rest_status(stack_env, "/slurm/v0.0.38/diag", forged_headers) != 200
+
+
+def test_it_refuses_to_stop_the_machines_services():
     result = stack("stop", "postgresql")
     assert result.returncode != 0
     assert "the machine's" in result.stderr
+    assert "postgresql" in pids()
 
 
-def test_slurmrestd_takes_a_jwt_minted_from_the_cluster_key(slurm_stack):
-    key_file = stack_env()["SLURM_JWT_KEY_FILE"]
-    with open(key_file, "rb") as handle:
-        token = mint_jwt("root", handle.read())
-    headers = {"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": token}
-    assert rest_get("/slurm/v0.0.38/diag", headers) == 200
-    assert rest_get("/slurm/v0.0.38/diag", {}) == 401
-    forged = mint_jwt("root", b"not-the-cluster-key")
-    assert rest_get("/slurm/v0.0.38/diag", {**headers, "X-SLURM-USER-TOKEN": forged}) != 200
+@pytest.mark.parametrize("component", ["slurmrestd", "slurmctld"])
+def test_a_stopped_daemon_starts_again_and_the_others_keep_running(component):
+    before = pids()
+    assert stack("stop", component).returncode == 0
+    status = stack("status")
+    assert status.returncode == 1
+    assert component not in pids()
+    assert stack("stop", component).stdout.strip() == f"{component:<11} not running"
+
+    restarted = stack("start", component)
+    assert restarted.returncode == 0, restarted.stderr
+    after = pids()
+    assert after.keys() == before.keys()
+    assert after[component] != before[component]
+    assert {k: v for k, v in after.items() if k != component} == {
+        k: v for k, v in before.items() if k != component
+    }
