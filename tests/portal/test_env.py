@@ -89,15 +89,7 @@ def test_a_database_password_is_not_echoed_in_errors(monkeypatch):
     ],
 )
 def test_the_portal_refuses_to_start_with_a_malformed_setting(variable, value):
-    env = {**os.environ, variable: value}
-    result = subprocess.run(
-        [sys.executable, "manage.py", "check"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = manage_check({**os.environ, variable: value})
     assert result.returncode != 0
     assert "ImproperlyConfigured" in result.stderr
     assert variable in result.stderr
@@ -106,7 +98,13 @@ def test_the_portal_refuses_to_start_with_a_malformed_setting(variable, value):
 def test_production_needs_a_secret_key():
     env = {**os.environ, "PORTAL_ENV": "production"}
     env.pop("PORTAL_SECRET_KEY", None)
-    result = subprocess.run(
+    result = manage_check(env)
+    assert result.returncode != 0
+    assert "PORTAL_SECRET_KEY" in result.stderr
+
+
+def manage_check(env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
         [sys.executable, "manage.py", "check"],
         cwd=REPO,
         env=env,
@@ -114,5 +112,3 @@ def test_production_needs_a_secret_key():
         text=True,
         check=False,
     )
-    assert result.returncode != 0
-    assert "PORTAL_SECRET_KEY" in result.stderr
