@@ -51,6 +51,27 @@ def check_clusters(app_configs, databases=None, **kwargs):
             )
         ]
     errors = []
+    for cluster in clusters:
+        if cluster.backend != Cluster.Backend.REST:
+            continue
+        if not cluster.rest_url:
+            errors.append(
+                Error(
+                    f"Cluster {cluster.name!r} uses the rest backend but has no slurmrestd URL.",
+                    hint="Set its REST URL in the admin console, e.g. http://slurm-head:6820.",
+                    id="clusters.E004",
+                )
+            )
+        if not os.access(cluster.jwt_key_file or "", os.R_OK):
+            errors.append(
+                Error(
+                    f"Cluster {cluster.name!r}: the JWT key {cluster.jwt_key_file!r} is not "
+                    "readable, so the portal cannot mint tokens for slurmrestd.",
+                    hint="Point 'JWT key file' at the cluster's jwt_hs256.key and let the "
+                    "portal's user read it.",
+                    id="clusters.E005",
+                )
+            )
     search_path = settings.SLURM_BIN_DIR or None
     if any(c.backend == Cluster.Backend.CLI for c in clusters):
         for tool in ("sbatch", "squeue", "sacct", "sinfo", "scontrol", "sacctmgr"):

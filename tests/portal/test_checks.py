@@ -70,3 +70,11 @@ def test_no_registered_cluster_is_a_warning():
 def test_a_cli_cluster_without_the_slurm_tools_is_an_error(dev_cluster, tmp_path):
     with override_settings(SLURM_BIN_DIR=str(tmp_path)):
         assert "clusters.E003" in check_ids(databases=["default"])
+
+
+@pytest.mark.django_db
+def test_a_rest_cluster_without_url_or_readable_key_is_an_error(tmp_path):
+    from clusters.models import Cluster
+
+    Cluster.objects.create(name="remote", backend="rest", jwt_key_file=str(tmp_path / "missing"))
+    assert {"clusters.E004", "clusters.E005"} <= check_ids(databases=["default"])
