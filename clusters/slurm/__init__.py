@@ -10,6 +10,7 @@ from clusters.models import Cluster
 from clusters.slurm.cli import CliClient
 from clusters.slurm.errors import NotFound, SlurmError, SlurmRejected, SlurmUnavailable
 from clusters.slurm.protocol import SlurmClient
+from clusters.slurm.rest import RestClient
 from clusters.slurm.types import PartitionInfo
 
 __all__ = [
@@ -24,11 +25,21 @@ __all__ = [
 
 
 def client_for(cluster: Cluster, *, timeout_s: float | None = None) -> SlurmClient:
+    timeout_s = timeout_s or settings.SLURM_COMMAND_TIMEOUT_S
+    if cluster.backend == Cluster.Backend.REST:
+        return RestClient(
+            cluster_name=cluster.name,
+            base_url=cluster.rest_url,
+            jwt_key_file=cluster.jwt_key_file,
+            admin_user=cluster.admin_user,
+            timeout_s=timeout_s,
+            api_version=cluster.rest_api_version or None,
+        )
     if cluster.backend == Cluster.Backend.CLI:
         return CliClient(
             cluster_name=cluster.name,
             run_as_prefix=settings.SLURM_RUN_AS_PREFIX,
-            timeout_s=timeout_s or settings.SLURM_COMMAND_TIMEOUT_S,
+            timeout_s=timeout_s,
             bin_dir=settings.SLURM_BIN_DIR,
         )
     raise ValueError(f"cluster {cluster.name} has an unknown backend {cluster.backend!r}")

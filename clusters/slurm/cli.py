@@ -174,11 +174,15 @@ class CliClient:
         return int(result.stdout.strip().split(";")[0])
 
     def find_by_comment(self, comment: str) -> list[int]:
-        queued = [entry.job_id for entry in self.queue() if entry.comment == comment]
+        # An array's tasks share its comment; the array's own id is what submit returned.
+        def ids(entries: list) -> list[int]:
+            found = (e.array_job_id or e.job_id for e in entries if e.comment == comment)
+            return list(dict.fromkeys(found))
+
+        queued = ids(self.queue())
         if queued:
             return queued
-        since = dt.datetime.now(dt.UTC) - _FIND_WINDOW
-        return [entry.job_id for entry in self.accounting_since(since) if entry.comment == comment]
+        return ids(self.accounting_since(dt.datetime.now(dt.UTC) - _FIND_WINDOW))
 
     def queue(self) -> list[QueueEntry]:
         result = self._run(["squeue", "--noheader", "--all", "--states=all", "-o", SQUEUE_FORMAT])

@@ -1,0 +1,422 @@
+"""The ``rest`` backend: slurmrestd with JSON Web Tokens the portal mints itself.
+
+Every request names its acting user in ``X-SLURM-USER-NAME`` with a short-lived
+HS256 token for that user: the job's owner for submit, cancel, hold and release,
+the configured Slurm administrator for everything else. The worker needs no
+Slurm libraries, only the cluster's JWT key.
+
+Written against Slurm 22.05 (OpenAPI ``v0.0.37``/``v0.0.38``, and the
+``slurmdb`` paths of the ``dbv0.0.3x`` plugins, which 22.05 serves under
+``/slurmdb/v0.0.3x/``). The parsers are pure functions of slurmrestd's
+JSON, in ``rest_parsing``, tested on recorded answers.
+"""
+
+import datetime as dt
+import math
+import time
+from dataclasses import replace
+
+import httpx
+
+from clusters.slurm.errors import NotFound, SlurmError, SlurmRejected, SlurmUnavailable
+from clusters.slurm.jwt import mint_token
+from clusters.slurm.rest_parsing import (
+    NOTHING_FOUND,
+    SUPPORTED_VERSIONS,
+    Json,
+    error_codes,
+    error_for,
+    error_list,
+    gpu_minutes_limit,
+    job_description,
+    newest_versions,
+    parse_accounting,
+    parse_partitions,
+    parse_queue,
+    parse_queue_exit_codes,
+    submitted_job_id,
+)
+from clusters.slurm.states import SlurmJobState
+from clusters.slurm.types import (
+    AccountingEntry,
+    PartitionInfo,
+    QueueEntry,
+    StartEstimate,
+    SubmitRequest,
+)
+
+# How far back find_by_comment looks in accounting, as the cli backend does.
+_FIND_WINDOW = dt.timedelta(days=14)
+# Added to the accounting window: it is counted on slurmrestd's clock, not ours.
+_WINDOW_SLACK_S = 10
+# Taken off our clock before it becomes the next ?update_time=, against a
+# controller whose clock is slightly behind ours.
+_QUEUE_CLOCK_SLACK_S = 2
+
+
+class RestClient:
+    def __init__(
+        self,
+        *,
+        cluster_name: str,
+        base_url: str,
+        jwt_key_file: str,
+        admin_user: str,
+        timeout_s: float,
+        api_version: str | None = None,
+        token_lifetime_s: int = 300,
+    ) -> None:
+        if timeout_s <= 0 or token_lifetime_s <= 0:
+            raise ValueError("timeout_s and token_lifetime_s must be positive")
+        self.cluster_name = cluster_name
+        self.base_url = base_url.rstrip("/")
+        self.jwt_key_file = jwt_key_file
+        self.admin_user = admin_user
+        self.timeout_s = timeout_s
+        self.token_lifetime_s = token_lifetime_s
+        # "dbv0.0.38" names the plugin; its paths are /slurmdb/v0.0.38/.
+        version = api_version.removeprefix("db") if api_version else None
+        self._versions: tuple[str | None, str | None] | None = (
+            (version, version) if version else None
+        )
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, trust_env=False)
+        self._key: bytes | None = None
+        self._tokens: dict[str, tuple[str, float]] = {}
+        self._queue: list[QueueEntry] | None = None
+        self._queue_asked_at = 0
+        self._failed_exits: dict[int, tuple[int, int]] = {}
+
+    def close(self) -> None:
+        self._http.close()
+
+    # --- tokens and requests -----------------------------------------------------------
+
+    def _token(self, user: str) -> str:
+        if not user or not user.isprintable() or " " in user:
+            raise SlurmRejected(f"{user!r} is not a user name Slurm can act as")
+        now = time.time()
+        cached = self._tokens.get(user)
+        # Renew early enough that a token never expires during a request.
+        margin = min(self.token_lifetime_s / 2, 30 + self.timeout_s)
+        if cached and cached[1] - now > margin:
+            return cached[0]
+        if self._key is None:
+            try:
+                with open(self.jwt_key_file, "rb") as key_file:
+                    key = key_file.read()
+            except OSError as exc:
+                raise SlurmUnavailable(
+                    f"cannot read the JWT key {self.jwt_key_file}: {exc.strerror or exc}"
+                ) from exc
+            if not key:
+                raise SlurmUnavailable(f"the JWT key {self.jwt_key_file} is empty")
+            self._key = key  # Slurm signs with the file's bytes as they are
+        issued_at = int(now)
+        token = mint_token(
+            key=self._key, user=user, issued_at=issued_at, lifetime_s=self.token_lifetime_s
+        )
+        self._tokens[user] = (token, issued_at + self.token_lifetime_s)
+        return token
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        user: str,
+        params: dict[str, str] | None = None,
+        body: Json | None = None,
+    ) -> tuple[int, Json | None]:
+        headers = {"X-SLURM-USER-NAME": user, "X-SLURM-USER-TOKEN": self._token(user)}
+        where = f"{method} {self.base_url}{path}"
+        try:
+            response = self._http.request(method, path, params=params, json=body, headers=headers)
+        except httpx.TimeoutException as exc:
+            raise SlurmUnavailable(f"no answer within {self.timeout_s:g} s to {where}") from exc
+        except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError) as exc:
+            raise SlurmUnavailable(f"cannot reach slurmrestd for {where}: {exc}") from exc
+        status = response.status_code
+        if status == 304:
+            return status, None
+        if status in (401, 403):
+            raise SlurmRejected(
+                f"slurmrestd refused the credentials of {user!r} (HTTP {status} "
+                f"{response.text.strip()[:100]}) for {where}; is rest_auth/jwt enabled and "
+                f"{self.jwt_key_file} the cluster's key?"
+            )
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = None
+        if not isinstance(payload, dict):
+            text = response.text.strip()[:200]
+            if status == 404:
+                raise SlurmRejected(f"slurmrestd has no {path} (HTTP 404: {text}) for {where}")
+            if 400 <= status < 500:
+                raise SlurmRejected(f"slurmrestd refused {where}: HTTP {status} {text}")
+            raise SlurmUnavailable(f"slurmrestd gave HTTP {status} without JSON for {where}")
+        return status, payload
+
+    def _checked(self, status: int, payload: Json | None, where: str, empty_ok: bool) -> Json:
+        """The answer if it carries no errors; ``empty_ok`` lets "Nothing found" be empty.
+
+        22.05 reports some failures (a refused token in slurmdbd, an empty
+        query) with HTTP 200, so the ``errors`` list decides, not the status.
+        """
+        if payload is None:
+            raise SlurmUnavailable(f"slurmrestd answered HTTP {status} without a body for {where}")
+        if error_list(payload):
+            if empty_ok and error_codes(payload) == {NOTHING_FOUND}:
+                return {}
+            raise error_for(payload, where=where)
+        if status >= 500:
+            raise SlurmUnavailable(f"slurmrestd answered HTTP {status} for {where}")
+        if status >= 400:
+            raise SlurmRejected(f"slurmrestd refused {where} with HTTP {status}")
+        return payload
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        user: str,
+        params: dict[str, str] | None = None,
+        body: Json | None = None,
+        empty_ok: bool = False,
+    ) -> Json:
+        status, payload = self._send(method, path, user=user, params=params, body=body)
+        return self._checked(status, payload, f"{method} {self.base_url}{path}", empty_ok)
+
+    def _paths(self) -> tuple[str | None, str | None]:
+        if self._versions is None:
+            payload = self._call("GET", "/openapi/v3", user=self.admin_user)
+            self._versions = newest_versions(list(payload.get("paths") or {}))
+        return self._versions
+
+    def _slurm(self, tail: str) -> str:
+        return self._path("slurm", self._paths()[0], tail)
+
+    def _db(self, tail: str) -> str:
+        return self._path("slurmdb", self._paths()[1], tail)
+
+    def _path(self, api: str, version: str | None, tail: str) -> str:
+        if version not in SUPPORTED_VERSIONS:
+            raise SlurmRejected(
+                f"slurmrestd at {self.base_url} offers no {api} API this client speaks "
+                f"({', '.join(SUPPORTED_VERSIONS)}); configured or found: {version or 'none'}"
+            )
+        return f"/{api}/{version}{tail}"
+
+    # --- jobs --------------------------------------------------------------------------
+
+    def ping(self) -> None:
+        payload = self._call("GET", self._slurm("/ping"), user=self.admin_user)
+        pings = payload.get("pings") or []
+        if not any(str(p.get("ping", "")).upper() == "UP" for p in pings):
+            hosts = ", ".join(f"{p.get('hostname')} {p.get('ping')}" for p in pings) or "none"
+            raise SlurmUnavailable(f"slurmctld is not up (pings: {hosts})")
+
+    def submit(self, request: SubmitRequest) -> int:
+        path = self._slurm("/job/submit")
+        body = {"script": request.script, "job": job_description(request)}
+        status, payload = self._send("POST", path, user=request.user, body=body)
+        job_id = submitted_job_id(payload)
+        if job_id is None:
+            self._checked(status, payload, f"POST {self.base_url}{path}", empty_ok=False)
+            raise SlurmUnavailable(f"slurmrestd answered HTTP {status} without a job id ({path})")
+        return job_id
+
+    def find_by_comment(self, comment: str) -> list[int]:
+        def ids(entries: list[QueueEntry] | list[AccountingEntry]) -> list[int]:
+            # Each task of an array carries the comment; the array's id is what submit returned.
+            return sorted({e.array_job_id or e.job_id for e in entries if e.comment == comment})
+
+        queued = ids(self.queue())
+        if queued:
+            return queued
+        # The accounting API cannot filter on a comment; jobs submitted in the
+        # window are the fewest that can hold the one we look for.
+        window = self._seconds_since(dt.datetime.now(dt.UTC) - _FIND_WINDOW)
+        return ids(self._accounting({"submit_time": window}))
+
+    def queue(self) -> list[QueueEntry]:
+        params = None
+        if self._queue is not None:
+            params = {"update_time": str(self._queue_asked_at)}
+        asked_at = int(time.time()) - _QUEUE_CLOCK_SLACK_S
+        path = self._slurm("/jobs")
+        status, payload = self._send("GET", path, user=self.admin_user, params=params)
+        if status == 304 and self._queue is not None:
+            return list(self._queue)  # nothing changed since the last answer
+        payload = self._checked(status, payload, f"GET {self.base_url}{path}", empty_ok=False)
+        self._queue = parse_queue(payload)
+        self._failed_exits = parse_queue_exit_codes(payload)
+        self._queue_asked_at = asked_at
+        return list(self._queue)
+
+    def accounting_since(self, since: dt.datetime) -> list[AccountingEntry]:
+        # start_time selects, like sacct --starttime, every job eligible,
+        # running or ended in the window.
+        return self._accounting({"start_time": self._seconds_since(since)})
+
+    @staticmethod
+    def _seconds_since(since: dt.datetime) -> str:
+        # 22.05 takes no epoch here and reads a date in slurmrestd's own time
+        # zone, so the time is given relative to its clock.
+        seconds = max(0, math.ceil((dt.datetime.now(dt.UTC) - since).total_seconds()))
+        return f"now-{seconds + _WINDOW_SLACK_S}seconds"
+
+    def _accounting(self, window: dict[str, str]) -> list[AccountingEntry]:
+        params = {**window, "skip_steps": "true", "cluster": self.cluster_name}
+        payload = self._call(
+            "GET", self._db("/jobs"), user=self.admin_user, params=params, empty_ok=True
+        )
+        entries = parse_accounting(payload)
+        if any(e.state == SlurmJobState.FAILED and e.exit_code is None for e in entries):
+            entries = self._with_controller_exit_codes(entries)
+        return entries
+
+    def _with_controller_exit_codes(self, entries: list[AccountingEntry]) -> list[AccountingEntry]:
+        """Fill the exit codes accounting lost from slurmctld, which keeps an
+        ended job for MinJobAge (300 s by default) with its raw wait status."""
+        try:
+            self.queue()
+        except SlurmError:
+            return entries  # best effort: accounting itself answered
+        filled = []
+        for entry in entries:
+            known = self._failed_exits.get(entry.job_id)
+            if entry.exit_code is None and known is not None:
+                entry = replace(entry, exit_code=known[0], signal=known[1])
+            filled.append(entry)
+        return filled
+
+    def cancel(self, job_id: int, *, user: str) -> None:
+        try:
+            # DELETE sends SIGKILL to the whole job, as scancel does; slurmrestd
+            # already counts a job that ended as success.
+            self._call("DELETE", self._slurm(f"/job/{job_id}"), user=user)
+        except NotFound:
+            # slurmctld forgets a job MinJobAge after it ended and then answers
+            # "Invalid job id" as for a job that never was; accounting tells them apart.
+            known = self._call(
+                "GET", self._db(f"/job/{job_id}"), user=self.admin_user, empty_ok=True
+            )
+            if not known.get("jobs"):
+                raise
+
+    def hold(self, job_id: int, *, user: str) -> None:
+        # 22.05 has no hold endpoint; a job update with "hold" is scontrol hold.
+        self._call("POST", self._slurm(f"/job/{job_id}"), user=user, body={"hold": True})
+
+    def release(self, job_id: int, *, user: str) -> None:
+        self._call("POST", self._slurm(f"/job/{job_id}"), user=user, body={"hold": False})
+
+    def list_partitions(self) -> list[PartitionInfo]:
+        partitions = self._call("GET", self._slurm("/partitions"), user=self.admin_user)
+        nodes = self._call("GET", self._slurm("/nodes"), user=self.admin_user)
+        return parse_partitions(partitions, nodes)
+
+    def estimate_start(self, request: SubmitRequest) -> StartEstimate:
+        # slurmrestd 22.05 has no will-run call: "test_only" is accepted in a
+        # submission and ignored, so the job would really be queued.
+        return StartEstimate(starts_at=None, nodes="")
+
+    # --- accounts and limits -------------------------------------------------------------
+
+    def _associations(self, account: str) -> list[Json]:
+        payload = self._call(
+            "GET",
+            self._db("/associations"),
+            user=self.admin_user,
+            params={"account": account, "cluster": self.cluster_name},
+            empty_ok=True,
+        )
+        return [a for a in payload.get("associations") or [] if a.get("account") == account]
+
+    def _account_association(self, account: str) -> Json | None:
+        return next(
+            (
+                a
+                for a in self._associations(account)
+                if not a.get("user") and not a.get("partition")
+            ),
+            None,
+        )
+
+    def _exists(self, path: str, key: str) -> bool:
+        return bool(self._call("GET", path, user=self.admin_user, empty_ok=True).get(key))
+
+    def _post_db(self, tail: str, body: Json, *, tolerated: str = "") -> None:
+        path = self._db(tail)
+        status, payload = self._send("POST", path, user=self.admin_user, body=body)
+        if payload is not None and tolerated:
+            errors = [e for e in error_list(payload) if tolerated not in str(e.get("description"))]
+            payload = {**payload, "errors": errors}
+        self._checked(status, payload, f"POST {self.base_url}{path}", empty_ok=False)
+
+    def ensure_account(self, account: str, *, description: str) -> bool:
+        if self._associations(account):
+            return False
+        if not self._exists(self._db(f"/account/{account}"), "accounts"):
+            record = {"name": account, "description": description, "organization": "portal"}
+            self._post_db("/accounts", {"accounts": [record]})
+        # Without "user" 22.05 creates the account's association under its
+        # parent but also reports "Missing required field 'user'"; with
+        # "user": "" it creates one without a parent.
+        association = {"account": account, "cluster": self.cluster_name, "parent_account": "root"}
+        self._post_db("/associations", {"associations": [association]}, tolerated="'user'")
+        if self._account_association(account) is None:
+            raise SlurmRejected(f"slurmrestd did not create the association of {account!r}")
+        return True
+
+    def ensure_user_association(self, *, user: str, account: str) -> bool:
+        associations = self._associations(account)
+        if any(a.get("user") == user for a in associations):
+            return False
+        if not associations:
+            raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
+        if not self._exists(self._db(f"/user/{user}"), "users"):
+            record = {"name": user, "default": {"account": account}}
+            self._post_db("/users", {"users": [record]})
+        association = {"account": account, "cluster": self.cluster_name, "user": user}
+        self._post_db("/associations", {"associations": [association]})
+        if not any(a.get("user") == user for a in self._associations(account)):
+            raise SlurmRejected(f"slurmrestd did not give {user!r} an association with {account!r}")
+        return True
+
+    def set_gpu_minutes_limit(self, account: str, minutes: int | None) -> None:
+        association = self._account_association(account)
+        if association is None:
+            raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
+        wanted = None if minutes is None else int(minutes)
+        if gpu_minutes_limit(association) == wanted:
+            return
+        limit = {"type": "gres", "name": "gpu", "count": -1 if wanted is None else wanted}
+        change = {
+            "account": account,
+            "cluster": self.cluster_name,
+            "user": "",
+            "max": {"tres": {"group": {"minutes": [limit]}}},
+        }
+        self._post_db("/associations", {"associations": [change]})
+        # 22.05 answers a change of an account's own association with success
+        # and applies nothing (it takes the change for a move to the same
+        # parent), so only reading it back tells.
+        applied = self._account_association(account)
+        if applied is None or gpu_minutes_limit(applied) != wanted:
+            raise SlurmRejected(
+                f"slurmrestd accepted GrpTRESMins=gres/gpu={limit['count']} for account "
+                f"{account!r} but did not apply it: Slurm 22.05's REST API cannot change an "
+                "account's own association; use the cli backend or sacctmgr"
+            )
+
+    def gpu_minutes_used(self, account: str) -> int:
+        if self._account_association(account) is None:
+            raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
+        raise SlurmRejected(
+            "slurmrestd 22.05 does not expose an association's TRES usage (sshare's "
+            "GrpTRESRaw): its associations carry no usage and it has no shares endpoint; "
+            "use the cli backend"
+        )
