@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
 import django
+import httpx
 
 django.setup()
 
@@ -35,6 +36,7 @@ from django.conf import settings  # noqa: E402
 from clusters.models import Cluster  # noqa: E402
 from clusters.slurm import client_for  # noqa: E402
 from clusters.slurm.cli import sbatch_arguments, slurm_environment  # noqa: E402
+from clusters.slurm.jwt import mint_token  # noqa: E402
 from clusters.slurm.parsing import FIELD_SEPARATOR, SACCT_FORMAT, SQUEUE_FORMAT  # noqa: E402
 from clusters.slurm.types import SubmitRequest  # noqa: E402
 
@@ -68,6 +70,31 @@ def run(argv: list[str], stdin: str | None = None) -> str:
 def raw_sbatch(job: SubmitRequest) -> str:
     argv = ["runuser", "-u", job.user, "--", "sbatch", "--parsable", *sbatch_arguments(job)]
     return run(argv, job.script)
+
+
+def raw_rest_jobs() -> Callable[[], object]:
+    """slurmrestd's GET /jobs with a token, the JSON decoded: the floor for the rest adapter."""
+    env = dict(line.split("=", 1) for line in run([str(STACK), "env"]).splitlines())
+    key = Path(env["SLURM_JWT_KEY_FILE"]).read_bytes()
+    token = mint_token(key=key, user="slurm", issued_at=int(time.time()), lifetime_s=600)
+    client = httpx.Client(
+        base_url=env["SLURM_REST_URL"],
+        headers={"X-SLURM-USER-NAME": "slurm", "X-SLURM-USER-TOKEN": token},
+        timeout=60,
+    )
+    return lambda: client.get("/slurm/v0.0.38/jobs").json()
+
+
+def paired_median_ms(
+    first: Callable[[], object], second: Callable[[], object], repeat: int
+) -> tuple[float, float]:
+    timings: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeat):
+        for action, into in ((first, timings[0]), (second, timings[1])):
+            started = time.perf_counter()
+            action()
+            into.append((time.perf_counter() - started) * 1000)
+    return statistics.median(timings[0]), statistics.median(timings[1])
 
 
 def median_ms(action: Callable[[], object], repeat: int) -> float:
@@ -145,25 +172,52 @@ def measure(found, blocker, window_start, since, repeat) -> dict[str, float]:
                   f"--delimiter={FIELD_SEPARATOR}", f"--starttime={since}", "--endtime=now",
                   f"--format={SACCT_FORMAT}"]  # fmt: skip
     pending = request(QUEUED_NAME, after_ok=(blocker,))
-    figures = {
-        "raw_sbatch_ms": median_ms(lambda: raw_sbatch(pending), repeat),
-        "raw_squeue_ms": median_ms(lambda: run(queue_argv), repeat),
-        "raw_sacct_ms": median_ms(lambda: run(sacct_argv), repeat),
+    raw = {
+        "submit": lambda: raw_sbatch(pending),
+        "queue": lambda: run(queue_argv),
+        "accounting": lambda: run(sacct_argv),
+    }
+    figures: dict[str, float] = {
         "queued_jobs": len(run(queue_argv).split("\x1e")) - 1,
         "accounted_jobs": len(run(sacct_argv).splitlines()),
     }
-    for backend, client in found.items():
-        figures[f"{backend}_submit_ms"] = median_ms(lambda c=client: c.submit(pending), repeat)
-        figures[f"{backend}_queue_ms"] = median_ms(lambda c=client: c.queue(), repeat)
-        figures[f"{backend}_accounting_ms"] = median_ms(
-            lambda c=client: c.accounting_since(window_start), repeat
+    if "cli" in found:
+        cli = found["cli"]
+        adapter = {
+            "submit": lambda: cli.submit(pending),
+            "queue": cli.queue,
+            "accounting": lambda: cli.accounting_since(window_start),
+        }
+        for operation in ("submit", "queue", "accounting"):
+            # Interleaved with the raw command, so both see the same cluster load.
+            raw_ms, cli_ms = paired_median_ms(raw[operation], adapter[operation], repeat)
+            figures[f"raw_{operation}_ms"], figures[f"cli_{operation}_ms"] = raw_ms, cli_ms
+    if "rest" in found:
+        rest = found["rest"]
+
+        def full_queue():
+            rest._queue = None  # forget the last answer, so this is a full listing, not a 304
+            return rest.queue()
+
+        figures["rest_submit_ms"] = median_ms(lambda: rest.submit(pending), repeat)
+        figures["rest_accounting_ms"] = median_ms(
+            lambda: rest.accounting_since(window_start), repeat
+        )
+        figures["raw_rest_jobs_ms"], figures["rest_queue_full_ms"] = paired_median_ms(
+            raw_rest_jobs(), full_queue, repeat
+        )
+        rest.queue()
+        time.sleep(2)  # let the queue settle: the pending jobs stop changing
+        figures["rest_queue_unchanged_ms"] = median_ms(rest.queue, repeat)
+        figures["rest_queue_overhead_ratio"] = (
+            figures["rest_queue_full_ms"] / figures["raw_rest_jobs_ms"]
         )
     if "cli" in found:
-        figures["queue_overhead_ratio"] = figures["cli_queue_ms"] / figures["raw_squeue_ms"]
+        figures["queue_overhead_ratio"] = figures["cli_queue_ms"] / figures["raw_queue_ms"]
         figures["accounting_overhead_ratio"] = (
-            figures["cli_accounting_ms"] / figures["raw_sacct_ms"]
+            figures["cli_accounting_ms"] / figures["raw_accounting_ms"]
         )
-        figures["submit_overhead_ratio"] = figures["cli_submit_ms"] / figures["raw_sbatch_ms"]
+        figures["submit_overhead_ratio"] = figures["cli_submit_ms"] / figures["raw_submit_ms"]
     return figures
 
 
@@ -172,13 +226,19 @@ def print_table(figures: dict[str, float], args) -> None:
           f"{figures['accounted_jobs']} in the accounting window; median of {args.repeat}, "
           f"command timeout {settings.SLURM_COMMAND_TIMEOUT_S} s")  # fmt: skip
     print(f"{'':<14}{'submit':>10}{'queue':>10}{'accounting':>12}")
-    print(f"{'raw command':<14}{figures['raw_sbatch_ms']:>8.1f}ms{figures['raw_squeue_ms']:>8.1f}ms"
-          f"{figures['raw_sacct_ms']:>10.1f}ms")  # fmt: skip
-    for backend in Cluster.Backend.values:
-        if f"{backend}_queue_ms" in figures:
-            print(f"{backend + ' adapter':<14}{figures[f'{backend}_submit_ms']:>8.1f}ms"
-                  f"{figures[f'{backend}_queue_ms']:>8.1f}ms"
-                  f"{figures[f'{backend}_accounting_ms']:>10.1f}ms")  # fmt: skip
+    print(f"{'raw command':<14}{figures['raw_submit_ms']:>8.1f}ms{figures['raw_queue_ms']:>8.1f}ms"
+          f"{figures['raw_accounting_ms']:>10.1f}ms")  # fmt: skip
+    if "cli_queue_ms" in figures:
+        print(f"{'cli adapter':<14}{figures['cli_submit_ms']:>8.1f}ms"
+              f"{figures['cli_queue_ms']:>8.1f}ms"
+              f"{figures['cli_accounting_ms']:>10.1f}ms")  # fmt: skip
+    if "rest_submit_ms" in figures:
+        print(
+            f"{'rest adapter':<14}{figures['rest_submit_ms']:>8.1f}ms"
+            f"{figures['rest_queue_full_ms']:>8.1f}ms{figures['rest_accounting_ms']:>10.1f}ms"
+        )
+        print(f"{'  rest GET /jobs, raw':<28}{figures['raw_rest_jobs_ms']:>8.1f}ms")
+        print(f"{'  rest queue unchanged (304)':<28}{figures['rest_queue_unchanged_ms']:>8.1f}ms")
     ratios = {k: v for k, v in figures.items() if k.endswith("_ratio")}
     for name, value in ratios.items():
         print(f"{name:<28}{value:>6.2f}")

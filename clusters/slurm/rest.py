@@ -14,7 +14,6 @@ JSON, in ``rest_parsing``, tested on recorded answers.
 import datetime as dt
 import math
 import time
-from dataclasses import replace
 
 import httpx
 
@@ -288,7 +287,7 @@ class RestClient:
         for entry in entries:
             known = self._failed_exits.get(entry.job_id)
             if entry.exit_code is None and known is not None:
-                entry = replace(entry, exit_code=known[0], signal=known[1])
+                entry = entry._replace(exit_code=known[0], signal=known[1])
             filled.append(entry)
         return filled
 

@@ -4,6 +4,7 @@ The portal's job states and the mapping to them live in ``jobs/states.py``;
 this module only knows Slurm.
 """
 
+import functools
 from enum import StrEnum
 
 
@@ -63,6 +64,7 @@ _ALIASES = {
 }
 
 
+@functools.lru_cache(maxsize=256)
 def normalise_state(text: str) -> SlurmJobState:
     """``CANCELLED by 1000``, ``cancelled``, ``CA`` and ``["CANCELLED"]``-style names alike.
 
