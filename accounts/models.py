@@ -3,7 +3,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-from clusters.models import Cluster
+from clusters.models import Cluster, Partition
 
 posix_username_validator = RegexValidator(
     r"^[a-z_][a-z0-9_-]{0,31}$",
@@ -81,9 +81,13 @@ class Allocation(models.Model):
     state = models.CharField(max_length=8, choices=State.choices, default=State.PENDING)
     starts_on = models.DateField()
     ends_on = models.DateField()
-    # Integer GPU-seconds: no rounding drift. The ledger (a later issue)
-    # becomes the source of truth; this stays as its cached total.
-    granted_gpu_seconds = models.BigIntegerField()
+    # Cached totals of the allocation's ledger entries, in integer GPU-seconds (no
+    # rounding drift), written in the same transaction as each entry and
+    # checkable against the sums (accounts.selectors.ledger_drift).
+    granted_gpu_seconds = models.BigIntegerField(default=0)  # grants and adjustments
+    used_gpu_seconds = models.BigIntegerField(default=0)  # charges
+    held_gpu_seconds = models.BigIntegerField(default=0)  # holds not yet released
+    expired_gpu_seconds = models.BigIntegerField(default=0)  # lapsed at the period's end
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -94,8 +98,11 @@ class Allocation(models.Model):
                 name="allocation_ends_after_it_starts",
             ),
             models.CheckConstraint(
-                condition=models.Q(granted_gpu_seconds__gt=0),
-                name="allocation_grants_hours",
+                condition=models.Q(granted_gpu_seconds__gte=0)
+                & models.Q(used_gpu_seconds__gte=0)
+                & models.Q(held_gpu_seconds__gte=0)
+                & models.Q(expired_gpu_seconds__gte=0),
+                name="allocation_totals_not_negative",
             ),
         ]
 
@@ -105,3 +112,70 @@ class Allocation(models.Model):
     @property
     def granted_gpu_hours(self) -> float:
         return self.granted_gpu_seconds / 3600
+
+    @property
+    def available_gpu_seconds(self) -> int:
+        return (
+            self.granted_gpu_seconds
+            - self.used_gpu_seconds
+            - self.held_gpu_seconds
+            - self.expired_gpu_seconds
+        )
+
+
+class LedgerEntry(models.Model):
+    """One movement of GPU-seconds on an allocation. Append-only: a database
+    trigger refuses UPDATE and DELETE, so the books can only grow."""
+
+    class Kind(models.TextChoices):
+        GRANT = "grant", _("Grant")
+        ADJUST = "adjust", _("Adjustment")
+        HOLD = "hold", _("Hold")
+        RELEASE = "release", _("Release")
+        CHARGE = "charge", _("Charge")
+        EXPIRE = "expire", _("Expiry")
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.PROTECT, related_name="entries")
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    # Signed: what the entry does to the available balance (a hold or charge is
+    # negative, a release positive), so available is the plain sum.
+    gpu_seconds = models.BigIntegerField()
+    # What it concerns, opaque to the bank: a job's submit token for holds and
+    # releases, "cluster:slurm_job_id" for charges. A repeat is a no-op.
+    reference = models.CharField(max_length=200, blank=True)
+    actor = models.ForeignKey(
+        User, null=True, blank=True, on_delete=models.PROTECT, related_name="ledger_entries"
+    )
+    reason = models.TextField(blank=True)
+    # Whose work and where, on holds and charges: the axes of the usage reports.
+    user = models.ForeignKey(
+        User, null=True, blank=True, on_delete=models.PROTECT, related_name="usage_entries"
+    )
+    partition = models.ForeignKey(
+        Partition, null=True, blank=True, on_delete=models.PROTECT, related_name="ledger_entries"
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "ledger entries"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["kind", "reference"],
+                condition=~models.Q(reference=""),
+                name="ledger_entry_once_per_reference",
+            ),
+            models.CheckConstraint(
+                condition=(
+                    models.Q(kind="grant", gpu_seconds__gt=0)
+                    | models.Q(kind="release", gpu_seconds__gte=0)
+                    | models.Q(kind__in=["hold", "charge", "expire"], gpu_seconds__lte=0)
+                    | models.Q(kind="adjust")
+                ),
+                name="ledger_entry_sign_matches_kind",
+            ),
+        ]
+        indexes = [models.Index(fields=["allocation", "kind"], name="ledger_allocation_kind")]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.gpu_seconds / 3600:+g} GPU-h"

@@ -1,8 +1,12 @@
 """Reads of projects and allocations shared by pages and the API."""
 
-from django.db.models import Prefetch, QuerySet
+from dataclasses import dataclass
 
-from accounts.models import Allocation, Membership, User
+from django.db.models import Prefetch, Q, QuerySet, Sum
+from django.db.models.functions import Coalesce, TruncMonth
+
+from accounts.models import Allocation, LedgerEntry, Membership, Project, User
+from clusters.models import Cluster
 
 
 def memberships_of_user(user: User) -> QuerySet[Membership]:
@@ -18,3 +22,103 @@ def memberships_of_user(user: User) -> QuerySet[Membership]:
         )
         .order_by("project__name")
     )
+
+
+@dataclass(frozen=True)
+class Balance:
+    """GPU-seconds of one allocation or a sum of them; hours for display."""
+
+    granted_gpu_seconds: int = 0
+    used_gpu_seconds: int = 0
+    held_gpu_seconds: int = 0
+    expired_gpu_seconds: int = 0
+
+    @property
+    def available_gpu_seconds(self) -> int:
+        return (
+            self.granted_gpu_seconds
+            - self.used_gpu_seconds
+            - self.held_gpu_seconds
+            - self.expired_gpu_seconds
+        )
+
+    def as_gpu_hours(self) -> dict[str, float]:
+        """The API's balance shape (DESIGN: granted, used, held, available)."""
+        return {
+            "granted_gpu_hours": self.granted_gpu_seconds / 3600,
+            "used_gpu_hours": self.used_gpu_seconds / 3600,
+            "held_gpu_hours": self.held_gpu_seconds / 3600,
+            "available_gpu_hours": self.available_gpu_seconds / 3600,
+        }
+
+
+_TOTAL_FIELDS = (
+    "granted_gpu_seconds",
+    "used_gpu_seconds",
+    "held_gpu_seconds",
+    "expired_gpu_seconds",
+)
+
+
+def allocation_balance(allocation: Allocation) -> Balance:
+    return Balance(**{field: getattr(allocation, field) for field in _TOTAL_FIELDS})
+
+
+def project_balance(project: Project, *, cluster: Cluster | None = None) -> Balance:
+    """The sum over the project's active allocations (on one cluster if given)."""
+    allocations = Allocation.objects.filter(project=project, state=Allocation.State.ACTIVE)
+    if cluster is not None:
+        allocations = allocations.filter(cluster=cluster)
+    totals = allocations.aggregate(**{field: Sum(field) for field in _TOTAL_FIELDS})
+    return Balance(**{field: totals[field] or 0 for field in _TOTAL_FIELDS})
+
+
+def ledger_drift() -> list[tuple[int, str, int, int]]:
+    """Allocations whose cached totals differ from their entries' sums:
+    (allocation id, field, cached, summed). Empty when the books are consistent."""
+    kinds = {
+        "granted_gpu_seconds": (["grant", "adjust"], 1),
+        "used_gpu_seconds": (["charge"], -1),
+        "held_gpu_seconds": (["hold", "release"], -1),
+        "expired_gpu_seconds": (["expire"], -1),
+    }
+    sums = Allocation.objects.annotate(
+        **{
+            f"sum_{field}": Coalesce(
+                Sum("entries__gpu_seconds", filter=Q(entries__kind__in=entry_kinds)), 0
+            )
+            * sign
+            for field, (entry_kinds, sign) in kinds.items()
+        }
+    )
+    drift = []
+    for allocation in sums:
+        for field in kinds:
+            cached, summed = getattr(allocation, field), getattr(allocation, f"sum_{field}")
+            if cached != summed:
+                drift.append((allocation.pk, field, cached, summed))
+    return drift
+
+
+USAGE_GROUPS = {
+    "user": "user__username",
+    "partition": "partition__name",
+    "month": "month",
+}
+
+
+def project_usage(project: Project, *, group_by: str) -> list[tuple[object, float]]:
+    """GPU-hours charged to the project, by user, partition or month, largest first
+    (months in order). Charges of work outside the portal count under no user."""
+    if group_by not in USAGE_GROUPS:
+        raise ValueError(f"group_by must be one of {', '.join(USAGE_GROUPS)}")
+    key = USAGE_GROUPS[group_by]
+    charges = LedgerEntry.objects.filter(
+        allocation__project=project, kind=LedgerEntry.Kind.CHARGE
+    ).annotate(month=TruncMonth("created_at"))
+    rows = (
+        charges.values(key)
+        .annotate(used=Sum("gpu_seconds"))
+        .order_by(key if group_by == "month" else "used")
+    )
+    return [(row[key], -row["used"] / 3600) for row in rows]

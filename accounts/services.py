@@ -1,11 +1,9 @@
 """Every write to users, projects, memberships and allocations."""
 
-import datetime as dt
-
 from django.contrib.auth.models import Group
 from django.db import transaction
 
-from accounts.models import Allocation, Membership, Project, User
+from accounts.models import Membership, Project, User
 from clusters.models import Cluster
 from clusters.slurm import client_for
 
@@ -27,28 +25,6 @@ def membership_set(*, project: Project, user: User, role: str) -> Membership:
             membership.role = role
             membership.save(update_fields=["role"])
     return membership
-
-
-def allocation_create(
-    *,
-    project: Project,
-    cluster: Cluster,
-    gpu_hours: int,
-    starts_on: dt.date,
-    ends_on: dt.date,
-    state: str = Allocation.State.ACTIVE,
-) -> Allocation:
-    allocation = Allocation(
-        project=project,
-        cluster=cluster,
-        granted_gpu_seconds=gpu_hours * 3600,
-        starts_on=starts_on,
-        ends_on=ends_on,
-        state=state,
-    )
-    allocation.full_clean()
-    allocation.save()
-    return allocation
 
 
 def project_slurm_ensure(*, project: Project, cluster: Cluster) -> list[str]:

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from django.utils import timezone
 
 from accounts.groups import ALLOCATION_MANAGERS
+from accounts.ledger import allocation_grant
 from accounts.models import Membership, Project, User
 from accounts.services import (
-    allocation_create,
     membership_set,
     project_create,
     project_slurm_ensure,
@@ -93,12 +93,14 @@ def seed_demo(*, cluster_name: str, reset_passwords: bool = False) -> tuple[list
             )
             changes.append(f"project {project_spec.slug}")
         if not project.allocations.filter(cluster=cluster).exists():
-            allocation_create(
+            allocation_grant(
                 project=project,
                 cluster=cluster,
                 gpu_hours=project_spec.gpu_hours,
                 starts_on=dt.date(today.year, 1, 1),
                 ends_on=dt.date(today.year + 1, 1, 1),
+                actor=None,
+                reason="Demo allocation",
             )
             changes.append(f"allocation {project_spec.gpu_hours} GPU-h for {project_spec.slug}")
         projects[project_spec.slug] = project

@@ -18,7 +18,6 @@ import pytest
 
 from clusters.models import Cluster
 from clusters.slurm import NotFound, SlurmRejected, SlurmUnavailable, client_for
-from clusters.slurm.rest import RestClient
 from clusters.slurm.states import SlurmJobState
 from clusters.slurm.types import SubmitRequest
 from tests.conftest import DEV_CLUSTER, REPO
@@ -185,11 +184,11 @@ def test_hold_and_release(client):
     try:
         client.hold(job_id, user=USER)
         entry = wait_for("the hold", lambda: (e := queued(client, job_id)) and
-                         e.reason == "JobHeldUser" and e)  # fmt: skip
+                         e.reason.startswith("JobHeld") and e)  # fmt: skip
         assert entry.state == SlurmJobState.PENDING
         client.release(job_id, user=USER)
         entry = wait_for("the release", lambda: (e := queued(client, job_id)) and
-                         e.reason != "JobHeldUser" and e)  # fmt: skip
+                         not e.reason.startswith("JobHeld") and e)  # fmt: skip
         assert entry.state == SlurmJobState.PENDING  # still waiting for its dependency
         assert entry.reason in {"None", "Dependency"}
     finally:
@@ -241,6 +240,10 @@ def test_an_estimate_submits_nothing(client):
 
 def test_accounts_and_associations_are_ensured_once(client):
     account = f"c{uuid.uuid4().hex[:10]}"
+    if client.__class__.__name__ == "PyslurmClient":
+        with pytest.raises(SlurmRejected):
+            client.ensure_account(account, description="contract test")
+        return
     try:
         assert client.ensure_account(account, description="contract test") is True
         assert client.ensure_account(account, description="contract test") is False
@@ -253,15 +256,15 @@ def test_accounts_and_associations_are_ensured_once(client):
 
 
 # slurmrestd 22.05 answers "success" to a change of an account's own association
-# but applies nothing, and exposes no usage: the rest adapter refuses both
-# plainly instead (see clusters/slurm/rest.py).
+# but applies nothing, and exposes no usage; pyslurm 22.5 has no association API
+# at all. Both adapters refuse plainly instead (see their modules).
 def limits_supported(client) -> bool:
-    return not isinstance(client, RestClient)
+    return client.__class__.__name__ not in {"RestClient", "PyslurmClient"}
 
 
 def test_a_gpu_minutes_limit_makes_an_over_budget_job_pend(client):
     if not limits_supported(client):
-        with pytest.raises(SlurmRejected, match=r"22\.05"):
+        with pytest.raises(SlurmRejected, match=r"22\.0?5"):
             client.set_gpu_minutes_limit(ACCOUNT, 1)
         with pytest.raises(SlurmRejected):
             client.gpu_minutes_used(ACCOUNT)
@@ -280,7 +283,9 @@ def test_a_gpu_minutes_limit_makes_an_over_budget_job_pend(client):
 
 
 def test_usage_of_an_unknown_account_is_not_found(client):
-    with pytest.raises(NotFound):
+    # pyslurm 22.5 cannot read usage at all, so it refuses before it could look.
+    pyslurm = client.__class__.__name__ == "PyslurmClient"
+    with pytest.raises(SlurmRejected if pyslurm else NotFound):
         client.gpu_minutes_used("no-such-account")
 
 

@@ -5,7 +5,8 @@ import datetime as dt
 import pytest
 
 from accounts.groups import ALLOCATION_MANAGERS
-from accounts.services import allocation_create, membership_set, project_create
+from accounts.ledger import allocation_grant
+from accounts.services import membership_set, project_create
 from clusters.services import cluster_register
 
 
@@ -40,12 +41,14 @@ def test_a_researcher_logs_in_and_sees_their_projects(client, alice, bob):
     other = project_create(slug="other", name="Other Lab", slurm_account="other")
     membership_set(project=vision, user=alice, role="member")
     membership_set(project=other, user=bob, role="pi")
-    allocation_create(
+    allocation_grant(
         project=vision,
         cluster=cluster,
         gpu_hours=1000,
         starts_on=dt.date(2026, 1, 1),
         ends_on=dt.date(2027, 1, 1),
+        actor=None,
+        reason="test",
     )
     response = client.post(
         "/login/", {"username": "alice", "password": "alice-pass-1234"}, follow=True

@@ -1,0 +1,254 @@
+"""Every write to the GPU-hour ledger: the bank's services.
+
+Each one is a single transaction that locks the allocation row
+(``select_for_update``), appends one entry and moves the allocation's cached
+totals by the same amount, so two concurrent holds can never overspend and the
+totals always equal the sums of the entries. Entries that concern something
+(a job's hold, a charge for an accounting record) carry a reference that is
+unique per kind: a repeat finds the first entry and does nothing.
+"""
+
+import datetime as dt
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from accounts.errors import NoActiveAllocation, QuotaExceeded
+from accounts.models import Allocation, LedgerEntry, Project, User
+from clusters.models import Cluster, Partition
+
+# Which cached total each kind moves, and with which sign of its gpu_seconds.
+_TOTALS = {
+    LedgerEntry.Kind.GRANT: ("granted_gpu_seconds", 1),
+    LedgerEntry.Kind.ADJUST: ("granted_gpu_seconds", 1),
+    LedgerEntry.Kind.HOLD: ("held_gpu_seconds", -1),
+    LedgerEntry.Kind.RELEASE: ("held_gpu_seconds", -1),
+    LedgerEntry.Kind.CHARGE: ("used_gpu_seconds", -1),
+    LedgerEntry.Kind.EXPIRE: ("expired_gpu_seconds", -1),
+}
+
+
+def _append(
+    *,
+    allocation: Allocation,
+    kind: str,
+    gpu_seconds: int,
+    reference: str = "",
+    actor: User | None = None,
+    reason: str = "",
+    user: User | None = None,
+    partition: Partition | None = None,
+) -> LedgerEntry:
+    """Append an entry and move the cached total; call inside a transaction holding the lock."""
+    entry = LedgerEntry.objects.create(
+        allocation=allocation,
+        kind=kind,
+        gpu_seconds=gpu_seconds,
+        reference=reference,
+        actor=actor,
+        reason=reason,
+        user=user,
+        partition=partition,
+    )
+    field, sign = _TOTALS[LedgerEntry.Kind(kind)]
+    Allocation.objects.filter(pk=allocation.pk).update(**{field: F(field) + sign * gpu_seconds})
+    allocation.refresh_from_db(fields=[field])
+    return entry
+
+
+def _existing(kind: str, reference: str) -> LedgerEntry | None:
+    return LedgerEntry.objects.filter(kind=kind, reference=reference).first()
+
+
+def _locked(allocation_id: int) -> Allocation:
+    return Allocation.objects.select_for_update().get(pk=allocation_id)
+
+
+def active_allocation(
+    *, project: Project, cluster: Cluster, on: dt.date | None = None
+) -> Allocation:
+    """The allocation that pays for the project's work on the cluster on a day."""
+    day = on or timezone.localdate()
+    allocation = (
+        Allocation.objects.filter(
+            project=project,
+            cluster=cluster,
+            state=Allocation.State.ACTIVE,
+            starts_on__lte=day,
+            ends_on__gt=day,
+        )
+        .order_by("ends_on")
+        .first()
+    )
+    if allocation is None:
+        raise NoActiveAllocation(f"{project} has no active allocation on {cluster} on {day}.")
+    return allocation
+
+
+def allocation_grant(
+    *,
+    project: Project,
+    cluster: Cluster,
+    gpu_hours: int,
+    starts_on: dt.date,
+    ends_on: dt.date,
+    actor: User | None,
+    reason: str,
+    reference: str = "",
+) -> Allocation:
+    """Create an active allocation and grant it its GPU-hours, in one transaction."""
+    if gpu_hours <= 0:
+        raise ValueError("An allocation grants a positive number of GPU-hours.")
+    allocation = Allocation(
+        project=project,
+        cluster=cluster,
+        starts_on=starts_on,
+        ends_on=ends_on,
+        state=Allocation.State.ACTIVE,
+    )
+    allocation.full_clean()
+    with transaction.atomic():
+        allocation.save()
+        _append(
+            allocation=allocation,
+            kind=LedgerEntry.Kind.GRANT,
+            gpu_seconds=gpu_hours * 3600,
+            reference=reference,
+            actor=actor,
+            reason=reason,
+        )
+    return allocation
+
+
+def allocation_adjust(
+    *, allocation: Allocation, gpu_seconds: int, actor: User, reason: str
+) -> LedgerEntry:
+    """Add (or, negative, take away) GPU-seconds; a reason is required."""
+    if not reason.strip():
+        raise ValueError("An adjustment needs a reason.")
+    if gpu_seconds == 0:
+        raise ValueError("An adjustment of zero changes nothing.")
+    with transaction.atomic():
+        locked = _locked(allocation.pk)
+        if locked.granted_gpu_seconds + gpu_seconds < 0:
+            raise ValueError("An adjustment cannot take away more than was granted.")
+        return _append(
+            allocation=locked,
+            kind=LedgerEntry.Kind.ADJUST,
+            gpu_seconds=gpu_seconds,
+            actor=actor,
+            reason=reason,
+        )
+
+
+def ledger_hold(
+    *,
+    allocation: Allocation,
+    reference: str,
+    gpu_seconds: int,
+    user: User | None = None,
+    partition: Partition | None = None,
+) -> LedgerEntry:
+    """Hold a job's requested GPU-seconds, or raise QuotaExceeded; a repeat returns the hold."""
+    if gpu_seconds < 0:
+        raise ValueError("A hold cannot be negative.")
+    if not reference:
+        raise ValueError("A hold needs the reference of what it is for.")
+    with transaction.atomic():
+        locked = _locked(allocation.pk)
+        if (existing := _existing(LedgerEntry.Kind.HOLD, reference)) is not None:
+            return existing
+        if gpu_seconds > locked.available_gpu_seconds:
+            raise QuotaExceeded(
+                requested_gpu_hours=gpu_seconds / 3600,
+                available_gpu_hours=locked.available_gpu_seconds / 3600,
+            )
+        return _append(
+            allocation=locked,
+            kind=LedgerEntry.Kind.HOLD,
+            gpu_seconds=-gpu_seconds,
+            reference=reference,
+            user=user,
+            partition=partition,
+        )
+
+
+def _release_in_transaction(hold: LedgerEntry) -> LedgerEntry:
+    if (existing := _existing(LedgerEntry.Kind.RELEASE, hold.reference)) is not None:
+        return existing
+    locked = _locked(hold.allocation_id)
+    return _append(
+        allocation=locked,
+        kind=LedgerEntry.Kind.RELEASE,
+        gpu_seconds=-hold.gpu_seconds,
+        reference=hold.reference,
+    )
+
+
+def ledger_release(*, reference: str) -> LedgerEntry | None:
+    """Give a hold's GPU-seconds back; None when there was no hold, a repeat is a no-op."""
+    with transaction.atomic():
+        hold = _existing(LedgerEntry.Kind.HOLD, reference)
+        if hold is None:
+            return None
+        return _release_in_transaction(hold)
+
+
+def ledger_charge(
+    *,
+    allocation: Allocation,
+    reference: str,
+    gpu_seconds: int,
+    release_reference: str = "",
+    user: User | None = None,
+    partition: Partition | None = None,
+) -> LedgerEntry:
+    """Charge what a finished job used, exactly once per accounting record, and release
+    its hold in the same transaction. A repeat returns the first charge."""
+    if gpu_seconds < 0:
+        raise ValueError("A charge cannot be negative.")
+    try:
+        with transaction.atomic():
+            locked = _locked(allocation.pk)
+            if (existing := _existing(LedgerEntry.Kind.CHARGE, reference)) is not None:
+                return existing
+            entry = _append(
+                allocation=locked,
+                kind=LedgerEntry.Kind.CHARGE,
+                gpu_seconds=-gpu_seconds,
+                reference=reference,
+                user=user,
+                partition=partition,
+            )
+            if release_reference:
+                hold = _existing(LedgerEntry.Kind.HOLD, release_reference)
+                if hold is not None:
+                    _release_in_transaction(hold)
+            return entry
+    except IntegrityError:
+        # Two ingests of the same record raced past the check: the other one won.
+        existing = _existing(LedgerEntry.Kind.CHARGE, reference)
+        if existing is None:
+            raise
+        return existing
+
+
+def allocation_expire(*, allocation: Allocation) -> LedgerEntry | None:
+    """At the period's end the unused GPU-seconds lapse; an entry records how many."""
+    with transaction.atomic():
+        locked = _locked(allocation.pk)
+        if locked.state == Allocation.State.EXPIRED:
+            return None
+        remaining = max(locked.available_gpu_seconds, 0)
+        entry = None
+        if remaining:
+            entry = _append(
+                allocation=locked,
+                kind=LedgerEntry.Kind.EXPIRE,
+                gpu_seconds=-remaining,
+                reference=f"expire:{locked.pk}",
+                reason=f"Unused at the end of the period ({locked.ends_on})",
+            )
+        Allocation.objects.filter(pk=locked.pk).update(state=Allocation.State.EXPIRED)
+        return entry
