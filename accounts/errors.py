@@ -15,3 +15,11 @@ class QuotaExceeded(Exception):
 
 class NoActiveAllocation(Exception):
     """The project has no active allocation on the cluster today."""
+
+
+class NotAllowed(Exception):
+    """The user's role does not allow this (e.g. a member asking for hours)."""
+
+
+class AllocationOverlap(Exception):
+    """The project already has an active allocation on the cluster in that period."""

@@ -14,7 +14,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from accounts.errors import NoActiveAllocation, QuotaExceeded
+from accounts.errors import AllocationOverlap, NoActiveAllocation, QuotaExceeded
 from accounts.models import Allocation, LedgerEntry, Project, User
 from clusters.models import Cluster, Partition
 
@@ -109,6 +109,22 @@ def allocation_grant(
     )
     allocation.full_clean()
     with transaction.atomic():
+        # The project row is the lock that serialises grants, so two overlapping
+        # allocations cannot both pass the check.
+        Project.objects.select_for_update().get(pk=project.pk)
+        overlapping = Allocation.objects.filter(
+            project=project,
+            cluster=cluster,
+            state__in=[Allocation.State.ACTIVE, Allocation.State.PENDING],
+            starts_on__lt=ends_on,
+            ends_on__gt=starts_on,
+        ).first()
+        if overlapping is not None:
+            raise AllocationOverlap(
+                f"{project} already has an allocation on {cluster} from "
+                f"{overlapping.starts_on} to {overlapping.ends_on}; adjust it instead of "
+                "granting a second one for the same days."
+            )
         allocation.save()
         _append(
             allocation=allocation,

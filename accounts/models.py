@@ -1,5 +1,5 @@
 from django.contrib.auth.models import AbstractUser
-from django.core.validators import RegexValidator
+from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
@@ -96,6 +96,7 @@ class Allocation(models.Model):
             models.CheckConstraint(
                 condition=models.Q(ends_on__gt=models.F("starts_on")),
                 name="allocation_ends_after_it_starts",
+                violation_error_message=_("The period must end after it starts."),
             ),
             models.CheckConstraint(
                 condition=models.Q(granted_gpu_seconds__gte=0)
@@ -179,3 +180,50 @@ class LedgerEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} {self.gpu_seconds / 3600:+g} GPU-h"
+
+
+class AllocationRequest(models.Model):
+    """GPU-hours asked for by a PI or co-PI; an allocation manager decides."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", _("Pending")
+        APPROVED = "approved", _("Approved")
+        DENIED = "denied", _("Denied")
+
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="requests")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="requests")
+    requested_by = models.ForeignKey(
+        User, on_delete=models.PROTECT, related_name="allocation_requests"
+    )
+    gpu_hours = models.PositiveIntegerField(
+        validators=[MinValueValidator(1, _("Ask for at least one GPU-hour."))]
+    )
+    starts_on = models.DateField()
+    ends_on = models.DateField()
+    justification = models.TextField()
+    state = models.CharField(max_length=8, choices=State.choices, default=State.PENDING)
+    decided_by = models.ForeignKey(
+        User, null=True, blank=True, on_delete=models.PROTECT, related_name="decided_requests"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_comment = models.TextField(blank=True)
+    allocation = models.OneToOneField(
+        Allocation, null=True, blank=True, on_delete=models.PROTECT, related_name="request"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(gpu_hours__gt=0), name="allocation_request_asks_for_hours"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(ends_on__gt=models.F("starts_on")),
+                name="allocation_request_ends_after_it_starts",
+                violation_error_message=_("The period must end after it starts."),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_hours:,} GPU-h for {self.project} ({self.get_state_display()})"

@@ -1,0 +1,99 @@
+"""Allocation requests: a PI or co-PI asks, an allocation manager approves or denies.
+
+Approval grants the hours through the ledger in the same transaction, so an
+approved request always has its allocation and a repeat changes nothing.
+"""
+
+import datetime as dt
+
+from django.db import transaction
+from django.utils import timezone
+
+from accounts.errors import NotAllowed
+from accounts.groups import ALLOCATION_MANAGERS
+from accounts.ledger import allocation_grant
+from accounts.models import AllocationRequest, Membership, Project, User
+from clusters.models import Cluster
+
+
+def is_allocation_manager(user: User) -> bool:
+    return user.is_active and (
+        user.is_superuser or user.groups.filter(name=ALLOCATION_MANAGERS).exists()
+    )
+
+
+def allocation_request_create(
+    *,
+    project: Project,
+    cluster: Cluster,
+    requested_by: User,
+    gpu_hours: int,
+    starts_on: dt.date,
+    ends_on: dt.date,
+    justification: str,
+) -> AllocationRequest:
+    """A PI or co-PI asks for hours; anyone else is refused."""
+    may_ask = Membership.objects.filter(
+        project=project,
+        user=requested_by,
+        role__in=[Membership.Role.PI, Membership.Role.CO_PI],
+    ).exists()
+    if not may_ask:
+        raise NotAllowed("Only the project's PI or a co-PI can ask for GPU-hours.")
+    request = AllocationRequest(
+        project=project,
+        cluster=cluster,
+        requested_by=requested_by,
+        gpu_hours=gpu_hours,
+        starts_on=starts_on,
+        ends_on=ends_on,
+        justification=justification.strip(),
+    )
+    request.full_clean()
+    request.save()
+    return request
+
+
+def _decide(request_id: int, manager: User) -> AllocationRequest:
+    if not is_allocation_manager(manager):
+        raise NotAllowed("Only an allocation manager can decide on a request.")
+    request = AllocationRequest.objects.select_for_update().get(pk=request_id)
+    if request.state != AllocationRequest.State.PENDING:
+        raise NotAllowed(f"This request was already {request.get_state_display().lower()}.")
+    return request
+
+
+def allocation_request_approve(
+    *, request: AllocationRequest, manager: User, comment: str = ""
+) -> AllocationRequest:
+    with transaction.atomic():
+        locked = _decide(request.pk, manager)
+        locked.allocation = allocation_grant(
+            project=locked.project,
+            cluster=locked.cluster,
+            gpu_hours=locked.gpu_hours,
+            starts_on=locked.starts_on,
+            ends_on=locked.ends_on,
+            actor=manager,
+            reason=f"Request #{locked.pk} approved" + (f": {comment}" if comment else ""),
+            reference=f"request:{locked.pk}",
+        )
+        locked.state = AllocationRequest.State.APPROVED
+        locked.decided_by, locked.decided_at = manager, timezone.now()
+        locked.decision_comment = comment
+        locked.save()
+    return locked
+
+
+def allocation_request_deny(
+    *, request: AllocationRequest, manager: User, comment: str
+) -> AllocationRequest:
+    if not comment.strip():
+        raise ValueError("Say why the request is denied: the PI reads the comment.")
+    with transaction.atomic():
+        locked = _decide(request.pk, manager)
+        locked.state = AllocationRequest.State.DENIED
+        locked.decided_by, locked.decided_at = manager, timezone.now()
+        locked.decision_comment = comment.strip()
+        locked.save()
+    return locked
