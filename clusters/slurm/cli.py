@@ -20,6 +20,7 @@ from clusters.slurm.parsing import (
     SACCT_FORMAT,
     SINFO_PARTITION_FORMAT,
     SQUEUE_FORMAT,
+    parse_gpu_limit,
     parse_gpu_usage_minutes,
     parse_sacct,
     parse_sinfo_partitions,
@@ -250,6 +251,47 @@ class CliClient:
             return False
         self._run(["sacctmgr", "--immediate", "add", "user", user, f"account={account}", cluster])
         return True
+
+    def _associations(self, account: str) -> list[list[str]]:
+        """(user, GrpTRESMins) rows under the account; the account's own row has no user."""
+        lines = self._sacctmgr_lines(
+            "show", "association", "where", f"cluster={self.cluster_name}",
+            f"account={account}", "format=User,GrpTRESMins",
+        )  # fmt: skip
+        if not lines:
+            raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
+        return [line.split("|") for line in lines]
+
+    def account_users(self, account: str) -> list[str]:
+        return sorted(user for user, _ in self._associations(account) if user)
+
+    def remove_user_association(self, *, user: str, account: str) -> bool:
+        cluster = f"cluster={self.cluster_name}"
+        accounts = self._sacctmgr_lines(
+            "show", "association", "where", cluster, f"user={user}", "format=Account"
+        )
+        if account not in accounts:
+            return False
+        default = self._sacctmgr_lines(
+            "show", "user", "where", f"name={user}", "format=DefaultAccount"
+        )
+        others = [other for other in accounts if other != account]
+        if default == [account] and others:
+            self._run(
+                ["sacctmgr", "--immediate", "modify", "user", "where", f"name={user}", cluster,
+                 "set", f"DefaultAccount={others[0]}"]
+            )  # fmt: skip
+        self._run(
+            ["sacctmgr", "--immediate", "delete", "user", "where", f"name={user}",
+             f"account={account}", cluster]
+        )  # fmt: skip
+        return True
+
+    def gpu_minutes_limit(self, account: str) -> int | None:
+        for user, limits in self._associations(account):
+            if not user:
+                return parse_gpu_limit(limits)
+        return None
 
     def set_gpu_minutes_limit(self, account: str, minutes: int | None) -> None:
         value = "-1" if minutes is None else str(int(minutes))

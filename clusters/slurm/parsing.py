@@ -263,6 +263,15 @@ def parse_test_only(text: str) -> StartEstimate:
     return StartEstimate(starts_at=parse_slurm_time(match["at"]), nodes=match["nodes"])
 
 
+def parse_gpu_limit(grp_tres_mins: str) -> int | None:
+    """``GrpTRESMins`` like ``cpu=100,gres/gpu=6000`` → 6000; None when gres/gpu has none."""
+    for item in grp_tres_mins.split(","):
+        name, _, value = item.partition("=")
+        if name == "gres/gpu":
+            return int(value)
+    return None
+
+
 def parse_gpu_usage_minutes(grp_tres_raw: str) -> int:
     """GPU-minutes from sshare's ``GrpTRESRaw`` like ``cpu=30,mem=30000,gres/gpu=12``."""
     for item in grp_tres_raw.split(","):

@@ -61,6 +61,19 @@ class SlurmClient(Protocol):
     def ensure_user_association(self, *, user: str, account: str) -> bool:
         """Give a user an association with an account if absent; True when it was created."""
 
+    def account_users(self, account: str) -> list[str]:
+        """The users with an association under the account; NotFound if there is no account."""
+
+    def remove_user_association(self, *, user: str, account: str) -> bool:
+        """Remove a user's association with an account; True when there was one.
+
+        When it is the user's default account and they have another, the other
+        becomes their default first (Slurm refuses otherwise).
+        """
+
+    def gpu_minutes_limit(self, account: str) -> int | None:
+        """The account's ``GrpTRESMins`` for ``gres/gpu``; None when it has none."""
+
     def set_gpu_minutes_limit(self, account: str, minutes: int | None) -> None:
         """Set the account's ``GrpTRESMins=gres/gpu=N``; None removes the limit."""
 

@@ -539,6 +539,15 @@ class PyslurmClient:
     def ensure_user_association(self, *, user: str, account: str) -> bool:
         raise self._no_associations(f"give {user!r} an association with {account!r}")
 
+    def account_users(self, account: str) -> list[str]:
+        raise self._no_associations(f"list the users of the account {account!r}")
+
+    def remove_user_association(self, *, user: str, account: str) -> bool:
+        raise self._no_associations(f"remove {user!r}'s association with {account!r}")
+
+    def gpu_minutes_limit(self, account: str) -> int | None:
+        raise self._no_associations(f"read GrpTRESMins of the account {account!r}")
+
     def set_gpu_minutes_limit(self, account: str, minutes: int | None) -> None:
         raise self._no_associations(f"set GrpTRESMins on the account {account!r}")
 

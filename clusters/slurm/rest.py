@@ -385,6 +385,35 @@ class RestClient:
             raise SlurmRejected(f"slurmrestd did not give {user!r} an association with {account!r}")
         return True
 
+    def account_users(self, account: str) -> list[str]:
+        associations = self._associations(account)
+        if not associations:
+            raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
+        return sorted({a["user"] for a in associations if a.get("user")})
+
+    def remove_user_association(self, *, user: str, account: str) -> bool:
+        if user not in self.account_users(account):
+            return False
+        self._call(
+            "DELETE",
+            self._db("/association"),
+            user=self.admin_user,
+            params={"account": account, "cluster": self.cluster_name, "user": user},
+            empty_ok=True,
+        )
+        if user in self.account_users(account):
+            raise SlurmRejected(
+                f"slurmrestd did not remove {user}'s association with {account}; Slurm refuses "
+                "to remove a user's default account while they have others"
+            )
+        return True
+
+    def gpu_minutes_limit(self, account: str) -> int | None:
+        association = self._account_association(account)
+        if association is None:
+            raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
+        return gpu_minutes_limit(association)
+
     def set_gpu_minutes_limit(self, account: str, minutes: int | None) -> None:
         association = self._account_association(account)
         if association is None:

@@ -18,6 +18,7 @@ import pytest
 
 from clusters.models import Cluster
 from clusters.slurm import NotFound, SlurmRejected, SlurmUnavailable, client_for
+from clusters.slurm.rest import RestClient
 from clusters.slurm.states import SlurmJobState
 from clusters.slurm.types import SubmitRequest
 from tests.conftest import DEV_CLUSTER, REPO
@@ -309,3 +310,50 @@ def test_the_worker_environment_is_not_passed_to_slurm_tools(client, monkeypatch
     monkeypatch.setenv("SQUEUE_FORMAT", "%i")
     assert isinstance(client.queue(), list)
     assert os.environ["SLURM_CONF"] == "/nonexistent/slurm.conf"
+
+
+def test_associations_are_listed_and_removed_with_the_default_account_moved(client):
+    if client.__class__.__name__ == "PyslurmClient":
+        with pytest.raises(SlurmRejected):
+            client.account_users(ACCOUNT)
+        return
+    first, second = (f"c{uuid.uuid4().hex[:10]}" for _ in range(2))
+    user = "bob"  # a demo POSIX user; created here if the demo data is not seeded
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        subprocess.run(["useradd", "--create-home", user], check=True)
+    try:
+        for account in (first, second):
+            subprocess.run(["sacctmgr", "-i", "add", "account", account], capture_output=True)
+            subprocess.run(
+                ["sacctmgr", "-i", "add", "user", user, f"account={account}"], capture_output=True
+            )
+        subprocess.run(
+            ["sacctmgr", "-i", "modify", "user", user, "set", f"DefaultAccount={first}"],
+            capture_output=True,
+        )
+        assert user in client.account_users(first)
+        assert client.remove_user_association(user=user, account=first) is True
+        assert client.remove_user_association(user=user, account=first) is False
+        assert user not in client.account_users(first)
+        assert user in client.account_users(second)
+        with pytest.raises(NotFound):
+            client.account_users("no-such-account")
+    finally:
+        for account in (first, second):
+            subprocess.run(["sacctmgr", "-i", "delete", "account", account], capture_output=True)
+
+
+def test_the_gpu_minutes_limit_reads_back(client):
+    if not limits_supported(client):
+        # slurmrestd can still read it, even where it cannot set it.
+        if isinstance(client, RestClient):
+            assert client.gpu_minutes_limit(ACCOUNT) is None
+        return
+    try:
+        client.set_gpu_minutes_limit(ACCOUNT, 6000)
+        assert client.gpu_minutes_limit(ACCOUNT) == 6000
+    finally:
+        client.set_gpu_minutes_limit(ACCOUNT, None)
+    assert client.gpu_minutes_limit(ACCOUNT) is None
