@@ -4,8 +4,6 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 
 from accounts.models import Membership, Project, User
-from clusters.models import Cluster
-from clusters.slurm import client_for
 
 
 def project_create(*, slug: str, name: str, slurm_account: str, description: str = "") -> Project:
@@ -25,29 +23,6 @@ def membership_set(*, project: Project, user: User, role: str) -> Membership:
             membership.role = role
             membership.save(update_fields=["role"])
     return membership
-
-
-def project_slurm_ensure(*, project: Project, cluster: Cluster) -> list[str]:
-    """Make sure the project's Slurm account and its members' associations exist.
-
-    Returns what was created. Only ever adds: removing and limits are the
-    reconciler's job.
-    """
-    client = client_for(cluster)
-    created = []
-    if client.ensure_account(project.slurm_account, description=project.name):
-        created.append(f"account {project.slurm_account}")
-    posix_users = [
-        name
-        for name in project.memberships.order_by("user__posix_username").values_list(
-            "user__posix_username", flat=True
-        )
-        if name is not None
-    ]
-    for posix_username in posix_users:
-        if client.ensure_user_association(user=posix_username, account=project.slurm_account):
-            created.append(f"association {posix_username}@{project.slurm_account}")
-    return created
 
 
 def user_create(

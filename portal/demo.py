@@ -14,14 +14,15 @@ from django.utils import timezone
 from accounts.groups import ALLOCATION_MANAGERS
 from accounts.ledger import allocation_grant
 from accounts.models import Membership, Project, User
+from accounts.reconcile import reconcile
 from accounts.services import (
     membership_set,
     project_create,
-    project_slurm_ensure,
     user_create,
 )
 from clusters.models import Cluster
 from clusters.services import cluster_register, partitions_sync
+from clusters.slurm import SlurmUnavailable
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,8 @@ def seed_demo(*, cluster_name: str, reset_passwords: bool = False) -> tuple[list
             membership_set(project=projects[spec.project], user=user, role=spec.role)
         logins.append(Login(spec.username, spec.what, password))
 
-    for project in projects.values():
-        changes.extend(project_slurm_ensure(project=project, cluster=cluster))
+    report = reconcile(cluster=cluster)
+    if report.errors:
+        raise SlurmUnavailable("; ".join(report.errors))
+    changes.extend(str(action) for action in report.actions)
     return logins, changes

@@ -181,6 +181,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "portal.tasks.heartbeat_task",
         "schedule": PORTAL_HEARTBEAT_INTERVAL_S,
     },
+    "reconcile-slurm": {
+        "task": "accounts.tasks.reconcile_task",
+        "schedule": env_int("PORTAL_RECONCILE_INTERVAL_S", 300, minimum=10),
+    },
     "partitions-sync": {
         "task": "clusters.tasks.partitions_sync_all_task",
         "schedule": env_int("PORTAL_PARTITIONS_SYNC_INTERVAL_S", 600, minimum=10),

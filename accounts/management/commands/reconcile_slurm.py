@@ -1,0 +1,34 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from accounts.reconcile import reconcile
+from clusters.selectors import clusters_enabled
+
+
+class Command(BaseCommand):
+    help = (
+        "Make Slurm's accounts, associations and GPU-minute limits match the portal. "
+        "With --dry-run, print the drift and change nothing."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--dry-run", action="store_true", help="Report, change nothing.")
+        parser.add_argument("--cluster", help="Only this cluster (its Slurm ClusterName).")
+
+    def handle(self, *args, dry_run=False, cluster=None, **options):
+        clusters = clusters_enabled()
+        if cluster:
+            clusters = clusters.filter(name=cluster)
+            if not clusters:
+                raise CommandError(f"No enabled cluster is named {cluster!r}.")
+        failed = False
+        for each in clusters:
+            report = reconcile(cluster=each, dry_run=dry_run)
+            verb = "would change" if dry_run else "changed"
+            self.stdout.write(f"{each.name}: {verb} {len(report.actions)} thing(s)")
+            for action in report.actions:
+                self.stdout.write(f"  {action}")
+            for error in report.errors:
+                failed = True
+                self.stderr.write(f"  error: {error}")
+        if failed:
+            raise CommandError("Slurm did not answer for some projects; the next run retries.")

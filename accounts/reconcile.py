@@ -1,0 +1,128 @@
+"""Make Slurm's accounts, associations and limits match the portal (portal → Slurm only).
+
+For each project with an active allocation on a cluster: its Slurm account
+exists, every member with a POSIX user has an association and nobody else
+does, and the account's ``GrpTRESMins=gres/gpu`` lets Slurm run what the
+portal accepted but stops work submitted outside the portal once the balance
+is spent. The limit is Slurm's own raw usage (which decays) plus what the
+portal still covers, recomputed every run; it is never read back into the
+ledger. ``reconcile(..., dry_run=True)`` only reports.
+"""
+
+import math
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from django.db.models import Min
+from django.utils import timezone
+
+from accounts.models import Allocation, Project
+from accounts.selectors import project_balance
+from clusters.models import Cluster
+from clusters.slurm import NotFound, SlurmClient, SlurmError, client_for
+
+
+@dataclass(frozen=True)
+class Action:
+    account: str
+    kind: str  # "add account", "add user", "remove user", "set limit"
+    user: str = ""
+    minutes: int | None = None
+    was: int | None = None
+
+    def __str__(self) -> str:
+        if self.kind == "set limit":
+            return f"{self.account}: GrpTRESMins gres/gpu {self.was} → {self.minutes}"
+        return f"{self.account}: {self.kind} {self.user}".rstrip()
+
+
+@dataclass
+class Report:
+    cluster: str
+    dry_run: bool
+    actions: list[Action] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def gpu_minutes_limit_for(
+    *, raw_used_minutes: int, covered_gpu_seconds: int, billing_weight: Decimal
+) -> int:
+    """Slurm's usage so far plus what the portal still covers, in raw GPU-minutes.
+
+    The portal charges weighted GPU-hours and Slurm counts raw ones, so the
+    cheapest partition's weight converts (never blocking a job the portal took);
+    rounding up for the same reason.
+    """
+    covered = max(covered_gpu_seconds, 0)
+    return raw_used_minutes + math.ceil(covered / 60 / float(billing_weight))
+
+
+def projects_to_reconcile(cluster: Cluster) -> list[Project]:
+    today = timezone.localdate()
+    return list(
+        Project.objects.filter(
+            allocations__cluster=cluster,
+            allocations__state=Allocation.State.ACTIVE,
+            allocations__starts_on__lte=today,
+            allocations__ends_on__gt=today,
+        )
+        .distinct()
+        .order_by("slug")
+    )
+
+
+def _plan_project(client: SlurmClient, cluster: Cluster, project: Project) -> list[Action]:
+    account = project.slurm_account
+    wanted = {
+        name
+        for name in project.memberships.values_list("user__posix_username", flat=True)
+        if name is not None
+    }
+    actions = []
+    try:
+        present = set(client.account_users(account))
+        raw_used = client.gpu_minutes_used(account)
+        current = client.gpu_minutes_limit(account)
+    except NotFound:
+        actions.append(Action(account, "add account"))
+        present, raw_used, current = set(), 0, None
+    actions += [Action(account, "add user", user) for user in sorted(wanted - present)]
+    actions += [Action(account, "remove user", user) for user in sorted(present - wanted)]
+    balance = project_balance(project, cluster=cluster)
+    weight = cluster.partitions.aggregate(weight=Min("billing_weight"))["weight"] or Decimal(1)
+    limit = gpu_minutes_limit_for(
+        raw_used_minutes=raw_used,
+        covered_gpu_seconds=balance.available_gpu_seconds + balance.held_gpu_seconds,
+        billing_weight=weight,
+    )
+    if limit != current:
+        actions.append(Action(account, "set limit", minutes=limit, was=current))
+    return actions
+
+
+def _apply(client: SlurmClient, project: Project, action: Action) -> None:
+    if action.kind == "add account":
+        client.ensure_account(action.account, description=project.name)
+    elif action.kind == "add user":
+        client.ensure_user_association(user=action.user, account=action.account)
+    elif action.kind == "remove user":
+        client.remove_user_association(user=action.user, account=action.account)
+    elif action.kind == "set limit":
+        client.set_gpu_minutes_limit(action.account, action.minutes)
+
+
+def reconcile(*, cluster: Cluster, dry_run: bool = False) -> Report:
+    """One pass over the cluster's projects; Slurm errors are reported, not raised, and a
+    project that failed is simply planned again by the next run."""
+    report = Report(cluster=cluster.name, dry_run=dry_run)
+    client = client_for(cluster)
+    for project in projects_to_reconcile(cluster):
+        try:
+            actions = _plan_project(client, cluster, project)
+            report.actions += actions
+            if not dry_run:
+                for action in actions:
+                    _apply(client, project, action)
+        except SlurmError as exc:
+            report.errors.append(f"{project.slurm_account}: {exc}")
+    return report

@@ -1,0 +1,18 @@
+import logging
+
+from celery import shared_task
+
+from accounts.reconcile import reconcile
+from clusters.selectors import clusters_enabled
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task
+def reconcile_task() -> None:
+    for cluster in clusters_enabled():
+        report = reconcile(cluster=cluster)
+        for action in report.actions:
+            logger.info("reconcile %s: %s", cluster.name, action)
+        for error in report.errors:
+            logger.warning("reconcile %s failed: %s", cluster.name, error)

@@ -1,0 +1,125 @@
+"""The reconciler makes Slurm follow the portal on the live dev cluster."""
+
+import datetime as dt
+import subprocess
+import uuid
+from decimal import Decimal
+
+import pytest
+from django.test import override_settings
+
+from accounts.ledger import allocation_grant, ledger_charge, ledger_hold
+from accounts.models import Membership
+from accounts.reconcile import gpu_minutes_limit_for, reconcile
+from accounts.services import membership_set, project_create
+from clusters.models import Partition
+from clusters.slurm import client_for
+from tests.conftest import DEV_CLUSTER
+
+TODAY = dt.date.today()
+
+
+def test_the_limit_is_usage_plus_what_the_portal_covers():
+    assert (
+        gpu_minutes_limit_for(
+            raw_used_minutes=100, covered_gpu_seconds=3600, billing_weight=Decimal("1")
+        )
+        == 160
+    )
+    # A cheaper partition lets the same hours buy more raw minutes.
+    assert (
+        gpu_minutes_limit_for(
+            raw_used_minutes=0, covered_gpu_seconds=3600, billing_weight=Decimal("0.5")
+        )
+        == 120
+    )
+    # Spent (or overspent): only what Slurm already counted, so the next job pends.
+    assert (
+        gpu_minutes_limit_for(
+            raw_used_minutes=42, covered_gpu_seconds=-500, billing_weight=Decimal("1")
+        )
+        == 42
+    )
+
+
+@pytest.fixture
+def project(dev_cluster, alice, bob):
+    account = f"r{uuid.uuid4().hex[:10]}"
+    project = project_create(slug=account, name=f"Reconcile {account}", slurm_account=account)
+    membership_set(project=project, user=alice, role="pi")
+    membership_set(project=project, user=bob, role="member")
+    allocation_grant(
+        project=project,
+        cluster=dev_cluster,
+        gpu_hours=10,
+        starts_on=TODAY - dt.timedelta(days=1),
+        ends_on=TODAY + dt.timedelta(days=30),
+        actor=None,
+        reason="test",
+    )
+    yield project
+    subprocess.run(["sacctmgr", "-i", "delete", "account", account], capture_output=True)
+
+
+def only(report, project):
+    return [str(a) for a in report.actions if a.account == project.slurm_account]
+
+
+@pytest.mark.slurm
+def test_it_creates_the_account_members_and_limit_and_a_rerun_changes_nothing(project, dev_cluster):
+    account = project.slurm_account
+    dry = reconcile(cluster=dev_cluster, dry_run=True)
+    assert only(dry, project) == [
+        f"{account}: add account",
+        f"{account}: add user alice",
+        f"{account}: add user bob",
+        f"{account}: GrpTRESMins gres/gpu None → 600",
+    ]
+    client = client_for(dev_cluster)
+    with pytest.raises(Exception, match="no account"):
+        client.account_users(account)  # the dry run changed nothing
+
+    report = reconcile(cluster=dev_cluster)
+    assert only(report, project) == only(dry, project) and report.errors == []
+    assert client.account_users(account) == ["alice", "bob"]
+    assert client.gpu_minutes_limit(account) == 600
+    assert only(reconcile(cluster=dev_cluster), project) == []
+
+
+@pytest.mark.slurm
+def test_a_removed_member_loses_their_association(project, dev_cluster, bob):
+    reconcile(cluster=dev_cluster)
+    Membership.objects.filter(project=project, user=bob).delete()
+    report = reconcile(cluster=dev_cluster)
+    assert f"{project.slurm_account}: remove user bob" in only(report, project)
+    assert client_for(dev_cluster).account_users(project.slurm_account) == ["alice"]
+
+
+@pytest.mark.slurm
+def test_the_limit_follows_charges_but_keeps_room_for_held_jobs(project, dev_cluster):
+    reconcile(cluster=dev_cluster)
+    allocation = project.allocations.get()
+    ledger_hold(allocation=allocation, reference=f"job-{project.slug}", gpu_seconds=2 * 3600)
+    ledger_charge(
+        allocation=allocation, reference=f"{DEV_CLUSTER}:{project.slug}", gpu_seconds=3 * 3600
+    )
+    reconcile(cluster=dev_cluster)
+    # 10 granted - 3 used = 7 covered (5 available + 2 held), Slurm's own usage ~0.
+    assert client_for(dev_cluster).gpu_minutes_limit(project.slurm_account) == 7 * 60
+
+
+@pytest.mark.slurm
+def test_billing_weights_convert_portal_hours_into_raw_minutes(project, dev_cluster):
+    Partition.objects.filter(cluster=dev_cluster).update(billing_weight=Decimal("2"))
+    reconcile(cluster=dev_cluster)
+    assert client_for(dev_cluster).gpu_minutes_limit(project.slurm_account) == 300
+
+
+@pytest.mark.slurm
+def test_slurm_unreachable_is_reported_and_nothing_changes(project, dev_cluster, tmp_path):
+    with override_settings(SLURM_BIN_DIR=str(tmp_path)):
+        report = reconcile(cluster=dev_cluster)
+    assert any(project.slurm_account in error for error in report.errors)
+    assert report.actions == [] or all(a.account != project.slurm_account for a in report.actions)
+    # The next run catches up.
+    assert only(reconcile(cluster=dev_cluster), project)[0].endswith("add account")
