@@ -268,3 +268,12 @@ def allocation_expire(*, allocation: Allocation) -> LedgerEntry | None:
             )
         Allocation.objects.filter(pk=locked.pk).update(state=Allocation.State.EXPIRED)
         return entry
+
+
+def allocations_expire_due(*, today: dt.date | None = None) -> list[Allocation]:
+    """Expire every active allocation whose period has ended; return them."""
+    day = today or timezone.localdate()
+    due = list(Allocation.objects.filter(state=Allocation.State.ACTIVE, ends_on__lte=day))
+    for allocation in due:
+        allocation_expire(allocation=allocation)
+    return due

@@ -2,6 +2,7 @@ import logging
 
 from celery import shared_task
 
+from accounts.ledger import allocations_expire_due
 from accounts.reconcile import reconcile
 from clusters.selectors import clusters_enabled
 
@@ -16,3 +17,9 @@ def reconcile_task() -> None:
             logger.info("reconcile %s: %s", cluster.name, action)
         for error in report.errors:
             logger.warning("reconcile %s failed: %s", cluster.name, error)
+
+
+@shared_task
+def allocations_expire_task() -> None:
+    for allocation in allocations_expire_due():
+        logger.info("expired %s", allocation)

@@ -181,6 +181,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "portal.tasks.heartbeat_task",
         "schedule": PORTAL_HEARTBEAT_INTERVAL_S,
     },
+    "allocations-expire": {
+        "task": "accounts.tasks.allocations_expire_task",
+        "schedule": 3600,
+    },
     "reconcile-slurm": {
         "task": "accounts.tasks.reconcile_task",
         "schedule": env_int("PORTAL_RECONCILE_INTERVAL_S", 300, minimum=10),

@@ -231,3 +231,16 @@ def test_usage_by_user_partition_and_month(vision, cluster, alice, bob):
     assert (month.year, month.month, hours) == (TODAY.year, TODAY.month, 11)
     with pytest.raises(ValueError, match="group_by"):
         project_usage(vision, group_by="colour")
+
+
+def test_the_beat_task_expires_allocations_whose_period_ended(vision, cluster):
+    from accounts.tasks import allocations_expire_task
+
+    ended = grant(vision, cluster, 10, starts_on=TODAY - dt.timedelta(days=60),
+                  ends_on=TODAY - dt.timedelta(days=30))  # fmt: skip
+    current = grant(vision, cluster, 10)
+    allocations_expire_task()
+    ended.refresh_from_db()
+    current.refresh_from_db()
+    assert ended.state == Allocation.State.EXPIRED and ended.available_gpu_seconds == 0
+    assert current.state == Allocation.State.ACTIVE
