@@ -42,6 +42,7 @@ class Report:
     dry_run: bool
     actions: list[Action] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 def gpu_minutes_limit_for(
@@ -117,6 +118,13 @@ def reconcile(*, cluster: Cluster, dry_run: bool = False) -> Report:
     report = Report(cluster=cluster.name, dry_run=dry_run)
     client = client_for(cluster)
     for project in projects_to_reconcile(cluster):
+        report.warnings += [
+            f"{project.slurm_account}: {username} has no POSIX user name, so no Slurm "
+            "association; set it in the admin console"
+            for username in project.memberships.filter(user__posix_username=None)
+            .order_by("user__username")
+            .values_list("user__username", flat=True)
+        ]
         try:
             actions = _plan_project(client, cluster, project)
             report.actions += actions

@@ -15,6 +15,8 @@ def reconcile_task() -> None:
         report = reconcile(cluster=cluster)
         for action in report.actions:
             logger.info("reconcile %s: %s", cluster.name, action)
+        for warning in report.warnings:
+            logger.warning("reconcile %s: %s", cluster.name, warning)
         for error in report.errors:
             logger.warning("reconcile %s failed: %s", cluster.name, error)
 

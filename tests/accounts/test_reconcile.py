@@ -123,3 +123,14 @@ def test_slurm_unreachable_is_reported_and_nothing_changes(project, dev_cluster,
     assert report.actions == [] or all(a.account != project.slurm_account for a in report.actions)
     # The next run catches up.
     assert only(reconcile(cluster=dev_cluster), project)[0].endswith("add account")
+
+
+@pytest.mark.slurm
+def test_a_member_without_a_posix_user_is_reported_not_added(project, dev_cluster):
+    from accounts.services import user_create
+
+    nobody = user_create(username="nobody", password="pw-nobody-1234")
+    membership_set(project=project, user=nobody, role="member")
+    report = reconcile(cluster=dev_cluster)
+    assert any("nobody has no POSIX user name" in w for w in report.warnings)
+    assert client_for(dev_cluster).account_users(project.slurm_account) == ["alice", "bob"]

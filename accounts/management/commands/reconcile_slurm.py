@@ -27,6 +27,8 @@ class Command(BaseCommand):
             self.stdout.write(f"{each.name}: {verb} {len(report.actions)} thing(s)")
             for action in report.actions:
                 self.stdout.write(f"  {action}")
+            for warning in report.warnings:
+                self.stderr.write(f"  warning: {warning}")
             for error in report.errors:
                 failed = True
                 self.stderr.write(f"  error: {error}")
