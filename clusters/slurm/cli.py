@@ -14,7 +14,15 @@ import os
 import shlex
 import subprocess
 
-from clusters.slurm.errors import NotFound, SlurmRejected, SlurmUnavailable
+from clusters.slurm.errors import (
+    ALREADY_ENDED_MARKERS,
+    UNKNOWN_JOB_MARKERS,
+    NotFound,
+    SlurmRejected,
+    SlurmUnavailable,
+    error_from_message,
+    says,
+)
 from clusters.slurm.parsing import (
     FIELD_SEPARATOR,
     SACCT_FORMAT,
@@ -35,18 +43,6 @@ from clusters.slurm.types import (
     SubmitRequest,
 )
 
-# Slurm's messages when the controller or the database daemon is not there.
-_UNAVAILABLE_MARKERS = (
-    "unable to contact slurm controller",
-    "connection refused",
-    "socket timed out",
-    "zero bytes were transmitted",
-    "problem talking to the database",
-    "slurmdbd: getting db_conn",
-    "transport endpoint is not connected",
-)
-_UNKNOWN_JOB_MARKERS = ("invalid job id", "unknown job")
-_ALREADY_ENDED_MARKERS = ("already completing or completed", "job has already finished")
 # How far back find_by_comment looks in accounting for a job that already ended.
 _FIND_WINDOW = dt.timedelta(days=14)
 
@@ -147,12 +143,7 @@ class CliClient:
             message = (completed.stderr or completed.stdout).strip() or (
                 f"{argv[0]} exited with status {completed.returncode}"
             )
-            lowered = message.lower()
-            if any(marker in lowered for marker in _UNAVAILABLE_MARKERS):
-                raise SlurmUnavailable(message)
-            if any(marker in lowered for marker in _UNKNOWN_JOB_MARKERS):
-                raise NotFound(message)
-            raise SlurmRejected(message)
+            raise error_from_message(message)
         return completed
 
     # --- the protocol ------------------------------------------------------------
@@ -203,9 +194,9 @@ class CliClient:
         result = self._run(["scancel", "--verbose", str(job_id)], as_user=user)
         errors = [line for line in result.stderr.splitlines() if "error:" in line]
         message = "\n".join(errors)
-        if any(marker in message.lower() for marker in _UNKNOWN_JOB_MARKERS):
+        if says(message, UNKNOWN_JOB_MARKERS):
             raise NotFound(message)
-        if errors and not any(m in message.lower() for m in _ALREADY_ENDED_MARKERS):
+        if errors and not says(message, ALREADY_ENDED_MARKERS):
             raise SlurmRejected(message)
 
     def hold(self, job_id: int, *, user: str) -> None:

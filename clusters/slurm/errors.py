@@ -23,3 +23,35 @@ class SlurmRejected(SlurmError):
 
 class NotFound(SlurmError):
     """The job, account or association asked for does not exist in Slurm."""
+
+
+# Slurm's own texts (slurm_strerror, as its tools and libslurm report them) for a
+# controller or database daemon that is not there, an unknown job, and a job
+# that already ended. The backends classify failures by them.
+UNAVAILABLE_MARKERS = (
+    "unable to contact slurm controller",
+    "connection refused",
+    "socket timed out",
+    "zero bytes were transmitted",
+    "unable to connect to database",
+    "problem talking to the database",
+    "slurmdbd: getting db_conn",
+    "transport endpoint is not connected",
+    "failed to open connection",
+)
+UNKNOWN_JOB_MARKERS = ("invalid job id", "unknown job")
+ALREADY_ENDED_MARKERS = ("already completing or completed", "job has already finished")
+
+
+def says(message: str, markers: tuple[str, ...]) -> bool:
+    lowered = message.lower()
+    return any(marker in lowered for marker in markers)
+
+
+def error_from_message(message: str) -> SlurmError:
+    """The client error for a failure Slurm described in ``message``."""
+    if says(message, UNAVAILABLE_MARKERS):
+        return SlurmUnavailable(message)
+    if says(message, UNKNOWN_JOB_MARKERS):
+        return NotFound(message)
+    return SlurmRejected(message)

@@ -33,7 +33,14 @@ from typing import Any
 
 import pyslurm  # type: ignore[import-not-found]
 
-from clusters.slurm.errors import NotFound, SlurmError, SlurmRejected, SlurmUnavailable
+from clusters.slurm.errors import (
+    ALREADY_ENDED_MARKERS,
+    NotFound,
+    SlurmError,
+    SlurmRejected,
+    SlurmUnavailable,
+    error_from_message,
+)
 from clusters.slurm.parsing import parse_alloc_gpus, parse_gpu_gres
 from clusters.slurm.rest_parsing import decode_wait_status, pending_array_tasks
 from clusters.slurm.states import SlurmJobState, normalise_state
@@ -45,20 +52,6 @@ from clusters.slurm.types import (
     SubmitRequest,
 )
 
-# Slurm's messages when the controller or the database daemon is not there
-# (slurm_strerror's texts, as the cli backend sees them from the tools).
-_UNAVAILABLE_MARKERS = (
-    "unable to contact slurm controller",
-    "connection refused",
-    "socket timed out",
-    "zero bytes were transmitted",
-    "unable to connect to database",
-    "problem talking to the database",
-    "transport endpoint is not connected",
-    "failed to open connection",
-)
-_UNKNOWN_JOB_MARKERS = ("invalid job id", "unknown job")
-_ALREADY_ENDED_MARKERS = ("already completing or completed", "job has already finished")
 # How far back find_by_comment looks in accounting, as the other backends do.
 _FIND_WINDOW = dt.timedelta(days=14)
 # Added to the accounting window: slurmdbd counts "now" on its own clock.
@@ -104,12 +97,10 @@ def _message(exc: BaseException) -> str:
 def error_for(exc: BaseException, where: str) -> SlurmError:
     """The client error for a pyslurm failure, by Slurm's own message."""
     message = _message(exc)
-    lowered = message.lower()
-    if any(marker in lowered for marker in _UNAVAILABLE_MARKERS):
-        return SlurmUnavailable(f"{where}: {message}")
-    if any(marker in lowered for marker in _UNKNOWN_JOB_MARKERS):
-        return NotFound(f"{where}: {message}")
-    return SlurmRejected(message)
+    error = error_from_message(message)
+    if isinstance(error, SlurmRejected):
+        return error  # Slurm's own words, for the user
+    return type(error)(f"{where}: {message}")
 
 
 @contextlib.contextmanager
@@ -493,7 +484,7 @@ class PyslurmClient:
         except (NotFound, SlurmRejected) as exc:
             # It ended (and maybe was purged) between the look and the kill.
             if isinstance(exc, NotFound) or any(
-                marker in str(exc).lower() for marker in _ALREADY_ENDED_MARKERS
+                marker in str(exc).lower() for marker in ALREADY_ENDED_MARKERS
             ):
                 return
             raise

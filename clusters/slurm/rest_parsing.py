@@ -8,7 +8,14 @@ import datetime as dt
 import re
 from typing import Any
 
-from clusters.slurm.errors import NotFound, SlurmError, SlurmRejected, SlurmUnavailable
+from clusters.slurm.errors import (
+    UNAVAILABLE_MARKERS,
+    NotFound,
+    SlurmError,
+    SlurmRejected,
+    SlurmUnavailable,
+    says,
+)
 from clusters.slurm.parsing import parse_gpu_gres
 from clusters.slurm.states import SlurmJobState, normalise_state
 from clusters.slurm.types import (
@@ -33,12 +40,6 @@ NOTHING_FOUND = 9003  # ESLURM_REST_EMPTY_RESULT: a query that matched nothing
 _UNAVAILABLE_CODES = frozenset(
     {1001, 1002, 1003, 1004, 1800, 1801, 1802, 1803, 5004, 5005, 7000, 7008}
 )  # connection, socket timeout, slurmctld and database connection errors
-_UNAVAILABLE_MARKERS = (
-    "unable to contact slurm controller",
-    "connection refused",
-    "socket timed out",
-    "unable to connect to database",
-)
 _NO_VALUE = 0xFFFFFFFE  # NO_VAL and INFINITE (and above) mean "not set"
 
 
@@ -76,7 +77,7 @@ def error_for(payload: Json | None, *, where: str) -> SlurmError:
     """The client error for a response whose ``errors`` list is not empty."""
     codes = error_codes(payload)
     message = errors_message(payload) or f"slurmrestd reported an error for {where}"
-    if codes & _UNAVAILABLE_CODES or any(m in message.lower() for m in _UNAVAILABLE_MARKERS):
+    if codes & _UNAVAILABLE_CODES or says(message, UNAVAILABLE_MARKERS):
         return SlurmUnavailable(f"{message} ({where})")
     if codes == {_UNSPECIFIED}:
         return SlurmUnavailable(

@@ -44,6 +44,20 @@ def allocation(vision, cluster, manny):
     )
 
 
+@pytest.fixture
+def pending_request(vision, cluster, alice):
+    membership_set(project=vision, user=alice, role="pi")
+    return allocation_request_create(
+        project=vision,
+        cluster=cluster,
+        requested_by=alice,
+        gpu_hours=25,
+        starts_on=TODAY,
+        ends_on=TODAY + dt.timedelta(days=30),
+        justification="More training",
+    )
+
+
 def test_adding_an_allocation_grants_through_the_ledger(client, manny, vision, cluster):
     client.force_login(manny)
     response = client.post(
@@ -85,17 +99,8 @@ def test_the_ledger_is_read_only_in_the_console(client, manny, allocation):
     assert client.post(f"/admin/accounts/ledgerentry/{entry.pk}/delete/").status_code == 403
 
 
-def test_a_request_is_approved_from_the_list(client, manny, vision, cluster, alice):
-    membership_set(project=vision, user=alice, role="pi")
-    request = allocation_request_create(
-        project=vision,
-        cluster=cluster,
-        requested_by=alice,
-        gpu_hours=25,
-        starts_on=TODAY,
-        ends_on=TODAY + dt.timedelta(days=30),
-        justification="More training",
-    )
+def test_a_request_is_approved_from_the_list(client, manny, pending_request):
+    request = pending_request
     client.force_login(manny)
     response = client.post(
         "/admin/accounts/allocationrequest/",
@@ -108,19 +113,8 @@ def test_a_request_is_approved_from_the_list(client, manny, vision, cluster, ali
     assert request.allocation.granted_gpu_seconds == 25 * 3600
 
 
-def test_denying_without_a_comment_says_so_and_changes_nothing(
-    client, manny, vision, cluster, alice
-):
-    membership_set(project=vision, user=alice, role="pi")
-    request = allocation_request_create(
-        project=vision,
-        cluster=cluster,
-        requested_by=alice,
-        gpu_hours=25,
-        starts_on=TODAY,
-        ends_on=TODAY + dt.timedelta(days=30),
-        justification="More training",
-    )
+def test_denying_without_a_comment_says_so_and_changes_nothing(client, manny, pending_request):
+    request = pending_request
     client.force_login(manny)
     response = client.post(
         "/admin/accounts/allocationrequest/",
