@@ -69,35 +69,28 @@ def hours(seconds: int) -> str:
     return f"{seconds / 3600:,.1f}"
 
 
+ALLOCATION_COLUMNS = [
+    "project",
+    "cluster",
+    "state",
+    "starts_on",
+    "ends_on",
+    "granted",
+    "used",
+    "held",
+    "available",
+]
+
+
 @admin.register(Allocation)
 class AllocationAdmin(admin.ModelAdmin):
-    list_display = [
-        "project",
-        "cluster",
-        "state",
-        "starts_on",
-        "ends_on",
-        "granted",
-        "used",
-        "held",
-        "available",
-    ]
+    list_display = ALLOCATION_COLUMNS
     list_filter = ["state", "cluster"]
     list_select_related = ["project", "cluster"]
     search_fields = ["project__name", "project__slug"]
     raw_id_fields = ["project"]
     # Totals are the ledger's; nothing here edits them directly.
-    readonly_fields = [
-        "project",
-        "cluster",
-        "state",
-        "starts_on",
-        "ends_on",
-        "granted",
-        "used",
-        "held",
-        "available",
-    ]
+    readonly_fields = ALLOCATION_COLUMNS
 
     @admin.display(description="granted GPU-h")
     def granted(self, allocation: Allocation) -> str:
