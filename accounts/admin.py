@@ -69,7 +69,7 @@ def hours(seconds: int) -> str:
     return f"{seconds / 3600:,.1f}"
 
 
-ALLOCATION_COLUMNS = [
+ALLOCATION_COLUMNS = (
     "project",
     "cluster",
     "state",
@@ -79,7 +79,7 @@ ALLOCATION_COLUMNS = [
     "used",
     "held",
     "available",
-]
+)
 
 
 @admin.register(Allocation)
