@@ -8,7 +8,9 @@ from django.urls import path
 from accounts.errors import AllocationOverlap, NotAllowed
 from accounts.ledger import allocation_adjust, allocation_grant
 from accounts.models import Allocation, AllocationRequest, LedgerEntry, Membership, Project, User
+from accounts.reconcile import reconcile
 from accounts.requests import allocation_request_approve, allocation_request_deny
+from clusters.selectors import clusters_enabled
 
 
 @admin.register(User)
@@ -145,8 +147,26 @@ class AllocationAdmin(admin.ModelAdmin):
                 self.admin_site.admin_view(self.adjust_view),
                 name="accounts_allocation_adjust",
             ),
+            path(
+                "slurm-drift/",
+                self.admin_site.admin_view(self.drift_view),
+                name="accounts_allocation_drift",
+            ),
             *super().get_urls(),
         ]
+
+    def drift_view(self, request):
+        """What differs between the portal and Slurm: the reconciler's plan, changing nothing."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        reports = [reconcile(cluster=cluster, dry_run=True) for cluster in clusters_enabled()]
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Slurm drift",
+            "reports": reports,
+            "opts": self.model._meta,
+        }
+        return render(request, "admin/accounts/allocation/drift.html", context)
 
     def adjust_view(self, request, allocation_id: int):
         allocation = self.get_object(request, str(allocation_id))

@@ -129,3 +129,35 @@ def test_denying_without_a_comment_says_so_and_changes_nothing(client, manny, pe
 def test_a_researcher_cannot_reach_the_console(client, alice, allocation):
     client.force_login(alice)
     assert client.get(f"/admin/accounts/allocation/{allocation.pk}/adjust/").status_code == 302
+
+
+@pytest.mark.slurm
+def test_the_drift_report_lists_what_the_reconciler_would_change(client, manny, dev_cluster):
+    import uuid
+
+    account = f"d{uuid.uuid4().hex[:10]}"
+    project = project_create(slug=account, name="Drift", slurm_account=account)
+    allocation_grant(
+        project=project,
+        cluster=dev_cluster,
+        gpu_hours=1,
+        starts_on=TODAY,
+        ends_on=TODAY + dt.timedelta(days=3),
+        actor=manny,
+        reason="drift",
+    )
+    client.force_login(manny)
+    assert b"Slurm drift" in client.get("/admin/accounts/allocation/").content
+    response = client.get("/admin/accounts/allocation/slurm-drift/")
+    assert response.status_code == 200
+    assert f"{account}: add account".encode() in response.content
+    assert f"{account}: GrpTRESMins gres/gpu None → 60".encode() in response.content
+    from clusters.slurm import NotFound, client_for
+
+    with pytest.raises(NotFound):
+        client_for(dev_cluster).account_users(account)  # the report changed nothing
+
+
+def test_a_researcher_cannot_see_the_drift_report(client, alice):
+    client.force_login(alice)
+    assert client.get("/admin/accounts/allocation/slurm-drift/").status_code == 302
