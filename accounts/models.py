@@ -227,3 +227,34 @@ class AllocationRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.gpu_hours:,} GPU-h for {self.project} ({self.get_state_display()})"
+
+
+class Notification(models.Model):
+    """A notice about an allocation mailed to its project's PIs and co-PIs: at most
+    one of each kind per allocation. The row is claimed before the mails go out
+    and marked sent after (accounts.notifications)."""
+
+    class Kind(models.TextChoices):
+        USAGE_80 = "usage_80", _("80% of the GPU-hours used")
+        USAGE_100 = "usage_100", _("All GPU-hours used")
+        EXPIRES_SOON = "expires_soon", _("Ends within 14 days")
+
+    allocation = models.ForeignKey(
+        Allocation, on_delete=models.CASCADE, related_name="notifications"
+    )
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    claimed_at = models.DateTimeField()
+    sent_at = models.DateTimeField(null=True, blank=True)
+    # The addresses it went to, for the record (empty: nobody had an address).
+    recipients = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-claimed_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["allocation", "kind"], name="notification_once_per_allocation_and_kind"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()}: {self.allocation}"

@@ -1,6 +1,9 @@
 """Reads of projects and allocations shared by pages and the API."""
 
+import datetime as dt
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from django.db.models import Prefetch, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, TruncMonth
@@ -122,3 +125,54 @@ def project_usage(project: Project, *, group_by: str) -> list[tuple[object, floa
         .order_by(key if group_by == "month" else "used")
     )
     return [(row[key], -row["used"] / 3600) for row in rows]
+
+
+def project_active_allocations(project: Project) -> QuerySet[Allocation]:
+    """The project's active allocations with their clusters, the soonest to end first."""
+    return (
+        Allocation.objects.filter(project=project, state=Allocation.State.ACTIVE)
+        .select_related("cluster")
+        .order_by("ends_on", "cluster__name")
+    )
+
+
+class MonthlyUsage(NamedTuple):
+    """GPU-seconds charged to one project for one user's work in one month."""
+
+    project: str  # the project's slug
+    month: dt.date  # its first day
+    username: str | None  # None: work of no portal user (e.g. submitted outside the portal)
+    gpu_seconds: int
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.gpu_seconds / 3600
+
+
+def usage_by_month_and_user(projects: QuerySet[Project]) -> Iterator[MonthlyUsage]:
+    """Charges per project, month and user, in that order: one aggregate query,
+    streamed, so an export of many projects never holds every row in memory."""
+    rows = (
+        LedgerEntry.objects.filter(allocation__project__in=projects, kind=LedgerEntry.Kind.CHARGE)
+        .annotate(month=TruncMonth("created_at"))
+        .values_list("allocation__project__slug", "month", "user__username")
+        .annotate(used=Sum("gpu_seconds"))
+        .order_by("allocation__project__slug", "month", "user__username")
+    )
+    for slug, month, username, used in rows.iterator():
+        # Charges are negative entries; TruncMonth is in the current time zone.
+        yield MonthlyUsage(slug, month.date(), username, -used)
+
+
+def project_usage_by_month_and_user(project: Project) -> list[MonthlyUsage]:
+    """GPU-hours charged to the project per month and user (the usage chart)."""
+    return list(usage_by_month_and_user(Project.objects.filter(pk=project.pk)))
+
+
+def charges_of_projects(projects: QuerySet[Project]) -> QuerySet[LedgerEntry]:
+    """Every charge entry of the projects, oldest first, with what a report shows of it."""
+    return (
+        LedgerEntry.objects.filter(allocation__project__in=projects, kind=LedgerEntry.Kind.CHARGE)
+        .select_related("allocation__project", "allocation__cluster", "user", "partition")
+        .order_by("created_at", "id")
+    )

@@ -3,6 +3,7 @@ import logging
 from celery import shared_task
 
 from accounts.ledger import allocations_expire_due
+from accounts.notifications import notifications_send
 from accounts.reconcile import reconcile
 from clusters.selectors import clusters_enabled
 
@@ -25,3 +26,10 @@ def reconcile_task() -> None:
 def allocations_expire_task() -> None:
     for allocation in allocations_expire_due():
         logger.info("expired %s", allocation)
+
+
+@shared_task
+def notifications_send_task() -> None:
+    sent = notifications_send()
+    if sent:
+        logger.info("sent %d notification mail(s)", sent)
