@@ -1,0 +1,398 @@
+"""A job request as typed fields, its validation, and the batch script rendered from it.
+
+Every ``#SBATCH`` directive comes from a validated field; the user's body may
+hold none (DESIGN "Safe scripts"). The rendered script is stored and shown
+exactly as submitted, so rendering is deterministic: the same spec always
+gives the same bytes.
+
+Shebang: the portal's ``#!/bin/bash`` is always the first line. A body may
+start with its own ``#!/bin/bash``, ``#!/bin/sh`` or ``#!/usr/bin/env bash``
+(or ``sh``) line, which is dropped when rendering; any other ``#!`` line
+(another interpreter, or options such as ``-l``) is refused, because it would
+silently not apply.
+"""
+
+import re
+from dataclasses import dataclass
+from decimal import ROUND_CEILING, Decimal, localcontext
+
+from jobs.errors import JobInvalid
+from jobs.paths import describe_character, lexical_path_error
+
+MAX_TIME_MINUTES = 365 * 24 * 60  # even a partition without a limit gets no more than a year
+MAX_ARRAY_TASKS = 10_000
+MAX_ARRAY_INDEX = 4_000_000  # Slurm's own ceiling for MaxArraySize is 4_000_001
+MAX_ENVIRONMENT = 100
+MAX_ENV_VALUE = 4096
+MAX_DEPENDENCIES = 100
+MAX_JOB_ID = 2**32 - 3  # Slurm job ids are uint32; the top values mean NO_VAL/INFINITE
+
+_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+# Slurm reads these prefixes as its own input options or job state; the
+# worker's values must not reach a job and a user's must not steer Slurm.
+_RESERVED_ENV_PREFIXES = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_")
+# Variables that change how bash reads the rendered script (BASH_ENV, ENV,
+# IFS, …), inject code into every program including srun (LD_PRELOAD,
+# LD_AUDIT), or are read-only in bash so the export itself fails.
+# LD_LIBRARY_PATH and PATH stay allowed: CUDA jobs set them, and the job runs
+# with its owner's rights, so they grant nothing.
+_RESERVED_ENV = frozenset(
+    {"LD_PRELOAD", "LD_AUDIT", "BASH_ENV", "ENV", "IFS", "PS4", "PROMPT_COMMAND"}
+    | {"SHELLOPTS", "BASHOPTS", "BASH_VERSINFO", "EUID", "UID", "PPID"}
+)
+_ARRAY_ITEM = re.compile(r"([0-9]{1,7})(?:-([0-9]{1,7})(?::([0-9]{1,7}))?)?")
+_ARRAY_LIMIT = re.compile(r"%([0-9]{1,7})")
+_SBATCH_LINE = re.compile(r"\s*#\s*sbatch", re.IGNORECASE)
+_SHELL_SHEBANG = re.compile(r"#!\s*(?:(?:/usr)?/bin/(?:ba)?sh|/usr/bin/env\s+(?:ba)?sh)\s*")
+# What an #SBATCH value may hold once validated; render_script checks again so
+# an unvalidated spec can never smuggle in a second directive or a space.
+_DIRECTIVE_VALUE = re.compile(r"[A-Za-z0-9/._+@=,:%-]+")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    account: str
+    partition: str
+    nodes: int
+    gpus_per_node: int
+    cpus_per_gpu: int | None
+    mem_per_gpu_gb: int | None
+    time_limit_minutes: int
+    working_directory: str
+    output_path: str
+    error_path: str
+    environment: dict[str, str]
+    array: str  # a Slurm array spec such as "0-9%2", or "" for a single job
+    after_ok: tuple[int, ...]  # Slurm job ids this job waits for
+    script: str  # the user's body
+    submit_token: str
+
+
+def _duration(minutes: int) -> str:
+    days, rest = divmod(minutes, 24 * 60)
+    hours, mins = divmod(rest, 60)
+    parts = [(days, "day"), (hours, "hour"), (mins, "minute")]
+    return " ".join(f"{n} {unit}{'s' if n != 1 else ''}" for n, unit in parts if n) or "0 minutes"
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    return repr(text[:limit] + ("…" if len(text) > limit else ""))
+
+
+def _name_error(value: str, what: str) -> str | None:
+    if not value:
+        return f"Give a {what}."
+    if len(value) > 64:
+        return f"The {what} is {len(value)} characters long; use at most 64."
+    for index, char in enumerate(value):
+        if not _NAME.fullmatch(char):
+            return (
+                f"The {what} contains {describe_character(char)} at position {index + 1}; "
+                "use only letters, digits, '.', '_' and '-'."
+            )
+    if not value.strip("."):
+        # %x in an output path would turn such a name into "." or "..".
+        return f"A {what} of only dots is not allowed; add a letter or digit."
+    return None
+
+
+def array_indices(array: str) -> frozenset[int]:
+    """The task indices of a Slurm array spec ("0-9", "1,3,5", "0-15:4", "0-9%2"); JobInvalid."""
+
+    def invalid(message: str) -> JobInvalid:
+        return JobInvalid.one("array", message)
+
+    body, _, limit = array.partition("%")
+    if limit and not _ARRAY_LIMIT.fullmatch("%" + limit):
+        raise invalid(f"After '%' give how many tasks may run at once, e.g. 0-9%2 (not %{limit}).")
+    if limit and int(limit) < 1:
+        raise invalid("At least one task must be allowed to run at once; use %1 or more.")
+    total = 0
+    ranges: list[range] = []
+    for item in body.split(","):
+        match = _ARRAY_ITEM.fullmatch(item)
+        if not match:
+            raise invalid(
+                f"'{item}' is not an array index or range; write e.g. 0-9, 1,3,5, 0-15:4 or 0-9%2."
+            )
+        first = int(match[1])
+        last = int(match[2]) if match[2] else first
+        step = int(match[3]) if match[3] else 1
+        if last < first:
+            raise invalid(f"'{item}' counts down; write the lower index first.")
+        if step < 1:
+            raise invalid(f"'{item}' has a step of 0; use a step of 1 or more.")
+        if last > MAX_ARRAY_INDEX:
+            raise invalid(f"Array indices go up to {MAX_ARRAY_INDEX}; '{item}' goes beyond.")
+        # Count before building the set, so "0-4000000" costs nothing to refuse.
+        total += len(range(first, last + 1, step))
+        if total > MAX_ARRAY_TASKS:
+            raise invalid(f"An array may have at most {MAX_ARRAY_TASKS} tasks; ask for fewer.")
+        ranges.append(range(first, last + 1, step))
+    return frozenset(index for r in ranges for index in r)
+
+
+def array_task_count(array: str) -> int:
+    """How many tasks an array spec makes: 1 for "" (a single job). JobInvalid if invalid."""
+    return len(array_indices(array)) if array else 1
+
+
+def decode_script(data: bytes) -> str:
+    """An uploaded script as text; JobInvalid on ``script`` if it is not UTF-8.
+
+    A leading byte-order mark (as some editors write) is dropped: bash would
+    otherwise take it as part of the first command.
+    """
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise JobInvalid.one(
+            "script",
+            f"The script is not valid UTF-8 text (invalid byte at offset {error.start}); "
+            "save it as UTF-8 and upload it again.",
+        ) from None
+    return text.removeprefix("\ufeff")
+
+
+def _body_lines(script: str) -> list[str]:
+    # bash splits lines on "\n" only; str.splitlines would also split on
+    # \x0b, \u2028 … and give line numbers the user cannot find.
+    return [line.removesuffix("\r") for line in script.split("\n")]
+
+
+def _script_errors(script: str, max_bytes: int) -> list[str]:
+    if not script.strip():
+        return ["The script is empty; write the commands the job should run."]
+    lines = _body_lines(script)
+    if "\x00" in script:
+        numbers = [str(n) for n, line in enumerate(lines, 1) if "\x00" in line]
+        return [
+            f"The script contains a NUL character (line {', '.join(numbers[:10])}); "
+            "save it as plain text."
+        ]
+    try:
+        size = len(script.encode("utf-8"))
+    except UnicodeEncodeError as error:
+        return [f"The script has a character that is not valid text at position {error.start}."]
+    errors = []
+    if size > max_bytes:
+        errors.append(
+            f"The script is {size} bytes; the limit is {max_bytes} bytes. "
+            "Keep large code in files in your working directory and call them from the script."
+        )
+    if lines[0].startswith("#!") and not _SHELL_SHEBANG.fullmatch(lines[0]):
+        errors.append(
+            f"Line 1 ({_shown(lines[0])}): the portal runs every script with #!/bin/bash, so "
+            "another interpreter or options there would not apply. Remove the line and call "
+            "the program from the script (e.g. python train.py, or set -x for bash -x)."
+        )
+    sbatch = [n for n, line in enumerate(lines, 1) if _SBATCH_LINE.match(line)]
+    if sbatch:
+        listed = ", ".join(str(n) for n in sbatch[:10]) + (", …" if len(sbatch) > 10 else "")
+        errors.append(
+            f"Line{'s' if len(sbatch) > 1 else ''} {listed}: the script may not contain #SBATCH "
+            "lines (in any spacing or case). Remove them and use the job's fields instead."
+        )
+    return errors
+
+
+def _environment_errors(environment: dict[str, str]) -> list[str]:
+    if len(environment) > MAX_ENVIRONMENT:
+        return [f"Set at most {MAX_ENVIRONMENT} environment variables ({len(environment)} given)."]
+    errors = []
+    for key, value in environment.items():
+        if not _ENV_KEY.fullmatch(key):
+            errors.append(
+                f"{_shown(key)} is not a valid variable name; use letters, digits and _, "
+                "not starting with a digit, at most 128 characters."
+            )
+        elif key.startswith(_RESERVED_ENV_PREFIXES):
+            errors.append(
+                f"{key}: variables starting with {key.split('_')[0]}_ belong to "
+                "Slurm; set the job's fields instead."
+            )
+        elif key in _RESERVED_ENV:
+            errors.append(
+                f"{key} cannot be set here: it changes how bash or every program starts; remove it."
+            )
+        elif len(value) > MAX_ENV_VALUE:
+            errors.append(
+                f"{key}: the value is {len(value)} characters; use at most {MAX_ENV_VALUE}."
+            )
+        elif bad := next((char for char in value if not char.isprintable()), None):
+            errors.append(
+                f"{key}: the value contains {describe_character(bad)}; values must be one line "
+                "of printable text (no newlines, tabs or control characters)."
+            )
+    return errors
+
+
+def _whole(value: int, low: int, high: int) -> bool:
+    """Whether ``value`` is a whole number (not a bool) from ``low`` to ``high``."""
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _array_errors(array: str) -> list[str]:
+    try:
+        array_task_count(array)
+    except JobInvalid as error:
+        return error.fields["array"]
+    return []
+
+
+def validate_spec(
+    spec: JobSpec,
+    *,
+    max_time_minutes: int | None,
+    max_gpus_per_node: int,
+    max_nodes: int,
+    max_script_bytes: int = 256 * 1024,
+) -> None:
+    """Check every field of ``spec``; raise one JobInvalid listing each field's problems.
+
+    The limits are the chosen partition's. Paths are checked here as text
+    only; jobs/paths.py checks them against the owner's allowed roots.
+    """
+    errors: dict[str, list[str]] = {}
+
+    def add(field: str, *messages: str | None) -> None:
+        for message in messages:
+            if message:
+                errors.setdefault(field, []).append(message)
+
+    # An invalid partition name is reported on its own field, not echoed in others.
+    valid_partition = _NAME.fullmatch(spec.partition)
+    where = f"The {spec.partition} partition" if valid_partition else "The partition"
+    limit = MAX_TIME_MINUTES
+    if max_time_minutes is not None:
+        limit = min(max_time_minutes, MAX_TIME_MINUTES)
+    owner = "The portal" if max_time_minutes is None else where
+    gpus, nodes = max_gpus_per_node, max_nodes
+    ranges = [
+        ("nodes", 1, nodes, f"{where} allows 1 to {nodes} nodes per job; ask for 1 to {nodes}."),
+        (
+            "gpus_per_node",
+            0,
+            gpus,
+            f"{where} has at most {gpus} GPUs per node; ask for 0 to {gpus}.",
+        ),
+        (
+            "time_limit_minutes",
+            1,
+            limit,
+            f"{owner} allows at most {limit} minutes ({_duration(limit)}); ask for 1 to {limit}.",
+        ),
+    ]
+    for field, low, high, message in ranges:
+        if not _whole(getattr(spec, field), low, high):
+            add(field, message)
+    for field, high, unit in (("cpus_per_gpu", 256, "CPUs"), ("mem_per_gpu_gb", 2048, "GB")):
+        value = getattr(spec, field)
+        if value is not None and not _whole(value, 1, high):
+            add(field, f"Ask for 1 to {high} {unit} per GPU, or leave it empty for the default.")
+        elif value is not None and spec.gpus_per_node == 0:  # Slurm refuses it without GPUs
+            add(field, f"{unit} per GPU need a GPU; ask for one or leave this empty.")
+    add("name", _name_error(spec.name, "job name"))
+    add("account", _name_error(spec.account, "account"))
+    add("partition", _name_error(spec.partition, "partition"))
+    for field in ("working_directory", "output_path", "error_path"):
+        patterns = field != "working_directory"
+        add(field, lexical_path_error(getattr(spec, field), patterns=patterns))
+    add("environment", *_environment_errors(spec.environment))
+    add("array", *_array_errors(spec.array))
+    if len(spec.after_ok) > MAX_DEPENDENCIES:
+        add("after_ok", f"A job may wait for at most {MAX_DEPENDENCIES} other jobs.")
+    elif not all(_whole(job_id, 1, MAX_JOB_ID) for job_id in spec.after_ok):
+        add("after_ok", "Give the Slurm job ids (positive whole numbers) this job should wait for.")
+    add("script", *_script_errors(spec.script, max_script_bytes))
+    if not _TOKEN.fullmatch(spec.submit_token):
+        add("submit_token", "The submit token must be 1 to 64 letters, digits, '_' or '-'.")
+    if errors:
+        raise JobInvalid(errors)
+
+
+def _slurm_time(minutes: int) -> str:
+    days, rest = divmod(minutes, 24 * 60)
+    return f"{days}-{rest // 60:02d}:{rest % 60:02d}:00"
+
+
+def _single_quoted(value: str) -> str:
+    # Inside '…' bash expands nothing; a ' itself is closed, escaped, reopened.
+    return "'" + value.replace("'", "'\\''") + "'"
+
+
+def render_script(spec: JobSpec) -> str:
+    """The full batch script for a spec that passed validate_spec; deterministic."""
+    options = [
+        ("job-name", spec.name),
+        ("account", spec.account),
+        ("partition", spec.partition),
+        ("nodes", str(spec.nodes)),
+    ]
+    if spec.gpus_per_node > 0:
+        options.append(("gpus-per-node", str(spec.gpus_per_node)))
+    if spec.cpus_per_gpu is not None:
+        options.append(("cpus-per-gpu", str(spec.cpus_per_gpu)))
+    if spec.mem_per_gpu_gb is not None:
+        options.append(("mem-per-gpu", f"{spec.mem_per_gpu_gb}G"))
+    options += [
+        ("time", _slurm_time(spec.time_limit_minutes)),
+        ("chdir", spec.working_directory),
+        ("output", spec.output_path),
+        ("error", spec.error_path),
+    ]
+    if spec.array:
+        options.append(("array", spec.array))
+    if spec.after_ok:
+        options.append(("dependency", "afterok:" + ":".join(str(i) for i in spec.after_ok)))
+    options += [("export", "NONE"), ("comment", f"portal:{spec.submit_token}")]
+    for option, value in options:
+        if not _DIRECTIVE_VALUE.fullmatch(value):
+            raise ValueError(f"render_script: --{option} value {value!r} was not validated")
+
+    lines = ["#!/bin/bash", *(f"#SBATCH --{option}={value}" for option, value in options)]
+    lines += [
+        "",
+        "# Written by the Slurm GPU Portal: the #SBATCH lines above come from the job's",
+        "# fields, and the job's own script follows the environment it was given.",
+    ]
+    # Sorted, so two equal specs render the same bytes whatever the dict's order.
+    lines += [
+        f"export {key}={_single_quoted(spec.environment[key])}" for key in sorted(spec.environment)
+    ]
+    lines.append("")
+    body = _body_lines(spec.script)
+    if _SHELL_SHEBANG.fullmatch(body[0]):
+        body = body[1:]
+    # Line endings become "\n" (a browser's textarea sends "\r\n", which bash
+    # would read as part of each command), and the script ends with one.
+    return "\n".join(lines + body).rstrip("\n") + "\n"
+
+
+def cost_gpu_seconds(
+    *,
+    nodes: int,
+    gpus_per_node: int,
+    time_limit_minutes: int,
+    array_tasks: int,
+    billing_weight: Decimal,
+) -> int:
+    """GPU-seconds a job requests (DESIGN "GPU-hours"), rounded up to a whole second."""
+    gpu_seconds = nodes * gpus_per_node * time_limit_minutes * 60 * array_tasks
+    return _weighted(gpu_seconds, billing_weight)
+
+
+def charge_gpu_seconds(*, allocated_gpus: int, elapsed_s: int, billing_weight: Decimal) -> int:
+    """GPU-seconds a finished job used: allocated GPUs * elapsed seconds * weight, rounded up."""
+    return _weighted(allocated_gpus * elapsed_s, billing_weight)
+
+
+def _weighted(gpu_seconds: int, billing_weight: Decimal) -> int:
+    if gpu_seconds < 0 or billing_weight < 0:
+        raise ValueError("GPU-seconds and billing weights cannot be negative")
+    # Enough precision that the product is exact before the one rounding.
+    with localcontext(prec=60):
+        return int((Decimal(gpu_seconds) * billing_weight).to_integral_value(ROUND_CEILING))
