@@ -193,7 +193,57 @@ CELERY_BEAT_SCHEDULE = {
         "task": "clusters.tasks.partitions_sync_all_task",
         "schedule": env_int("PORTAL_PARTITIONS_SYNC_INTERVAL_S", 600, minimum=10),
     },
+    "queue-sync": {
+        "task": "jobs.tasks.queue_sync_all_task",
+        "schedule": env_int("PORTAL_QUEUE_SYNC_INTERVAL_S", 5, minimum=1),
+        "options": {"expires": 30},
+    },
+    "accounting-ingest": {
+        "task": "jobs.tasks.accounting_ingest_all_task",
+        "schedule": env_int("PORTAL_ACCOUNTING_INTERVAL_S", 30, minimum=5),
+        "options": {"expires": 120},
+    },
+    "notifications-send": {
+        "task": "accounts.tasks.notifications_send_task",
+        "schedule": env_int("PORTAL_NOTIFICATIONS_INTERVAL_S", 900, minimum=60),
+    },
+    "submissions-sweep": {
+        "task": "jobs.tasks.submissions_sweep_task",
+        "schedule": env_int("PORTAL_SUBMIT_SWEEP_INTERVAL_S", 30, minimum=5),
+    },
 }
+
+# Mail: PIs hear of 80 %/100 % usage and of allocations about to expire. In
+# development mails are printed to the worker's log.
+EMAIL_BACKEND = env_str(
+    "PORTAL_EMAIL_BACKEND",
+    "django.core.mail.backends.smtp.EmailBackend"
+    if IS_PRODUCTION
+    else "django.core.mail.backends.console.EmailBackend",
+)
+EMAIL_HOST = env_str("PORTAL_EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("PORTAL_EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("PORTAL_EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("PORTAL_EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("PORTAL_EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = env_int("PORTAL_EMAIL_TIMEOUT_S", 10, minimum=1)
+PORTAL_EMAIL_FROM = env_str("PORTAL_EMAIL_FROM", "portal@localhost")
+DEFAULT_FROM_EMAIL = PORTAL_EMAIL_FROM
+
+# Jobs. Working directories and output paths must lie inside one of these
+# roots ({user}: the job owner's POSIX login, {home}: their home directory).
+JOB_ROOTS = env_list("PORTAL_JOB_ROOTS", ["{home}", "/scratch/{user}"])
+JOB_DEFAULT_PATH = env_str("PORTAL_JOB_DEFAULT_PATH", "/usr/local/bin:/usr/bin:/bin")
+JOB_MAX_SCRIPT_BYTES = env_int("PORTAL_JOB_MAX_SCRIPT_BYTES", 256 * 1024, minimum=1024)
+# The most of a job's output one page or API call returns (its end, when longer).
+JOB_OUTPUT_MAX_BYTES = env_int("PORTAL_JOB_OUTPUT_MAX_BYTES", 1024 * 1024, minimum=1024)
+# A job left in `new`/`submitting` this long (its worker died, Redis was down)
+# is enqueued again by the sweeper; a claim lasts as long before another worker may take it.
+JOB_SUBMIT_CLAIM_S = env_int("PORTAL_JOB_SUBMIT_CLAIM_S", 90, minimum=10)
+# Accounting is read again from a little before the last read: records that
+# Slurm writes late (a job's end) are not missed.
+ACCOUNTING_OVERLAP_S = env_int("PORTAL_ACCOUNTING_OVERLAP_S", 300, minimum=0)
+ESTIMATE_TIMEOUT_S = env_int("PORTAL_ESTIMATE_TIMEOUT_S", 3, minimum=1)
 
 # Slurm. Clusters themselves are rows in the database (admin console or
 # seed_demo); these settings say how the worker reaches them.

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -64,12 +65,13 @@ def charlie(db):
     return _user("charlie", posix_username="charlie")
 
 
-@pytest.fixture(scope="session")
-def celery_worker(django_db_setup):
-    """A real Celery worker process on the test database; yields (queue, hostname).
+@contextmanager
+def running_worker(**extra_env: str):
+    """A real Celery worker process on the test database; yields (queue, hostname, process).
 
-    It takes tasks from a queue of its own and sends the tasks it enqueues
-    there too; tests that need it commit their data (``transactional_db``).
+    It takes tasks from a queue of its own, and while it runs the test process
+    enqueues there too (e.g. a job's submission on commit); tests that need it
+    commit their data (``transactional_db``). ``extra_env`` configures it.
     """
     from django.db import connection
 
@@ -85,6 +87,7 @@ def celery_worker(django_db_setup):
         "DJANGO_SETTINGS_MODULE": "portal.settings",
         "PORTAL_DATABASE_URL": f"postgresql://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
         "PORTAL_TASK_QUEUE": queue,
+        **extra_env,
     }
     with log.open("w") as log_file:
         process = subprocess.Popen(
@@ -92,15 +95,25 @@ def celery_worker(django_db_setup):
              "--hostname", hostname, "--concurrency", "2", "--loglevel", "INFO"],
             cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT,
         )  # fmt: skip
+    default_queue = app.conf.task_default_queue
+    app.conf.task_default_queue = queue
     try:
         deadline = time.monotonic() + 30
         while not app.control.ping(destination=[hostname], timeout=0.5):
             if process.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"the test Celery worker did not start; see {log}", pytrace=False)
-        yield queue, hostname
+        yield queue, hostname, process
     finally:
+        app.conf.task_default_queue = default_queue
         process.terminate()
         try:
             process.wait(timeout=15)
         except subprocess.TimeoutExpired:
             process.kill()
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup):
+    """One worker for the whole session; yields (queue, hostname)."""
+    with running_worker() as (queue, hostname, _):
+        yield queue, hostname

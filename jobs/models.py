@@ -1,0 +1,238 @@
+"""Jobs, their templates and events, and the accounting records Slurm reports."""
+
+import uuid
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+from accounts.models import Project, User
+from clusters.models import Cluster, Partition
+from jobs.states import TERMINAL_STATES, JobState
+
+
+class JobTemplate(models.Model):
+    """A named, reusable job form: defaults for the request fields and a script body."""
+
+    class Scope(models.TextChoices):
+        USER = "user", _("Mine")
+        PROJECT = "project", _("Shared with a project")
+        GLOBAL = "global", _("Everyone")
+
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    scope = models.CharField(max_length=8, choices=Scope.choices, default=Scope.USER)
+    owner = models.ForeignKey(
+        User, null=True, blank=True, on_delete=models.CASCADE, related_name="job_templates"
+    )
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.CASCADE, related_name="job_templates"
+    )
+    # Defaults of the job request fields (partition, gpus_per_node, time_limit_minutes…);
+    # a job form validates them like any request, so a stale default cannot slip through.
+    defaults = models.JSONField(default=dict, blank=True)
+    script = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    models.Q(scope="user", owner__isnull=False, project__isnull=True)
+                    | models.Q(scope="project", project__isnull=False)
+                    | models.Q(scope="global", project__isnull=True)
+                ),
+                name="job_template_scope_matches_owner",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+UNFINISHED_STATES = sorted(str(state) for state in frozenset(JobState) - TERMINAL_STATES)
+
+
+class Job(models.Model):
+    """One portal submission, from the typed request to Slurm's outcome."""
+
+    State = JobState
+
+    owner = models.ForeignKey(User, on_delete=models.PROTECT, related_name="jobs")
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="jobs")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="jobs")
+    partition = models.ForeignKey(Partition, on_delete=models.PROTECT, related_name="jobs")
+    template = models.ForeignKey(
+        JobTemplate, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+    )
+
+    # The typed request, as validated.
+    name = models.CharField(max_length=64)
+    nodes = models.PositiveIntegerField(default=1)
+    gpus_per_node = models.PositiveIntegerField(default=0)
+    cpus_per_gpu = models.PositiveIntegerField(null=True, blank=True)
+    mem_per_gpu_gb = models.PositiveIntegerField(null=True, blank=True)
+    time_limit_minutes = models.PositiveIntegerField()
+    working_directory = models.CharField(max_length=1024)
+    output_path = models.CharField(max_length=1024)
+    error_path = models.CharField(max_length=1024)
+    environment = models.JSONField(default=dict, blank=True)
+    array = models.CharField(max_length=64, blank=True)
+    array_tasks = models.PositiveIntegerField(default=1)
+    depends_on = models.ManyToManyField("self", symmetrical=False, blank=True)
+    script = models.TextField()
+    rendered_script = models.TextField()
+
+    # Submission: the token travels in Slurm's comment and finds the job again.
+    submit_token = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    idempotency_key = models.CharField(max_length=200, blank=True)
+    submit_attempts = models.PositiveIntegerField(default=0)
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    submit_error = models.TextField(blank=True)
+    # Asked before the job reached Slurm: the submission stops (or scancels at once).
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+
+    # What Slurm says.
+    slurm_job_id = models.BigIntegerField(null=True, blank=True)
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.NEW)
+    slurm_state = models.CharField(max_length=32, blank=True)
+    reason = models.CharField(max_length=200, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+
+    # GPU-seconds: held at creation, used as charged from accounting.
+    billing_weight = models.DecimalField(max_digits=6, decimal_places=3)
+    requested_gpu_seconds = models.BigIntegerField()
+    used_gpu_seconds = models.BigIntegerField(null=True, blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "slurm_job_id"],
+                condition=models.Q(slurm_job_id__isnull=False),
+                name="job_slurm_id_unique_per_cluster",
+            ),
+            models.UniqueConstraint(
+                fields=["owner", "idempotency_key"],
+                condition=~models.Q(idempotency_key=""),
+                name="job_idempotency_key_unique_per_owner",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(requested_gpu_seconds__gte=0), name="job_requested_not_negative"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["owner", "-created_at"], name="job_owner_recent"),
+            models.Index(fields=["project", "-created_at"], name="job_project_recent"),
+            # The queue sync and the sweeper read only unfinished jobs; with a
+            # million finished ones this partial index keeps them cheap.
+            models.Index(
+                fields=["cluster", "state"],
+                condition=models.Q(state__in=UNFINISHED_STATES),
+                name="job_unfinished",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.name}"
+
+    @property
+    def hold_reference(self) -> str:
+        return f"job:{self.submit_token}"
+
+    @property
+    def comment(self) -> str:
+        return f"portal:{self.submit_token}"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def requested_gpu_hours(self) -> float:
+        return self.requested_gpu_seconds / 3600
+
+    @property
+    def used_gpu_hours(self) -> float | None:
+        return None if self.used_gpu_seconds is None else self.used_gpu_seconds / 3600
+
+
+class JobEvent(models.Model):
+    """A change of a job's state, with what Slurm said; the job page's timeline."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField()
+    state = models.CharField(max_length=16, choices=JobState.choices)
+    detail = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["job", "at"], name="job_event_job_at")]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.state} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class AccountingRecord(models.Model):
+    """One Slurm job (or array task), portal or not, as accounting reports it."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="accounting")
+    slurm_job_id = models.BigIntegerField()
+    array_job_id = models.BigIntegerField(null=True, blank=True)
+    array_task = models.CharField(max_length=32, blank=True)
+    job = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="accounting"
+    )
+    name = models.CharField(max_length=200, blank=True)
+    user = models.CharField(max_length=64)
+    account = models.CharField(max_length=64)
+    partition = models.CharField(max_length=64, blank=True)
+    state = models.CharField(max_length=32)
+    exit_code = models.IntegerField(null=True, blank=True)
+    signal = models.IntegerField(null=True, blank=True)
+    allocated_gpus = models.PositiveIntegerField(default=0)
+    elapsed_s = models.BigIntegerField(default=0)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    comment = models.CharField(max_length=200, blank=True)
+    # Set once, when the record's charge is in the ledger (possibly of 0).
+    charged_gpu_seconds = models.BigIntegerField(null=True, blank=True)
+    charge_note = models.CharField(max_length=300, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-slurm_job_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "slurm_job_id"], name="accounting_record_unique"
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["cluster"],
+                condition=models.Q(charged_gpu_seconds__isnull=True),
+                name="accounting_uncharged",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}:{self.slurm_job_id}"
+
+
+class ClusterSync(models.Model):
+    """How far the portal has read a cluster's queue and accounting."""
+
+    cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, related_name="sync")
+    queue_synced_at = models.DateTimeField(null=True, blank=True)
+    accounting_until = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"sync of {self.cluster_id}"

@@ -1,0 +1,277 @@
+"""From a user's job request to a checked, rendered, priced job: shared by create and estimate.
+
+A request names what the user typed; every field left out (``None``) takes the
+template's default, then the portal's. Identity comes from the user row: the
+project must be one of theirs, the Slurm user is their ``posix_username``, the
+account is the project's — none of it is taken from the request.
+"""
+
+import dataclasses
+import pwd
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Q
+
+from accounts.models import Membership, Project, User
+from clusters.models import Cluster, Partition
+from jobs import paths, scripts
+from jobs.errors import JobInvalid
+from jobs.models import Job, JobTemplate
+from jobs.states import JobState
+
+# Slurm's own defaults: one file per job, or per array task.
+DEFAULT_OUTPUT = "slurm-%j.out"
+DEFAULT_ARRAY_OUTPUT = "slurm-%A_%a.out"
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    project: str | None = None  # the project's slug
+    cluster: str | None = None  # optional when there is one cluster
+    partition: str | None = None  # the cluster's default when left out
+    name: str | None = None
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+    cpus_per_gpu: int | None = None
+    mem_per_gpu_gb: int | None = None
+    time_limit_minutes: int | None = None
+    working_directory: str | None = None  # the owner's home when left out
+    output_path: str | None = None
+    error_path: str | None = None
+    environment: dict[str, str] | None = None
+    array: str | None = None
+    depends_on: tuple[int, ...] | None = None  # portal job ids
+    script: str | None = None
+    template: int | None = None  # a template id: its values are defaults
+
+
+BUILT_IN_DEFAULTS: dict[str, Any] = {
+    "name": "job",
+    "nodes": 1,
+    "gpus_per_node": 1,
+    "time_limit_minutes": 60,
+    "environment": {},
+    "array": "",
+    "depends_on": (),
+}
+
+# The fields a template may give defaults for (identity and wiring are not among them).
+TEMPLATE_FIELDS = frozenset(
+    f.name for f in dataclasses.fields(JobRequest) if f.name not in {"template", "depends_on"}
+)
+
+
+@dataclass(frozen=True)
+class PreparedJob:
+    """A request that passed every check: what create saves and estimate shows."""
+
+    owner: User
+    posix_user: str
+    project: Project
+    cluster: Cluster
+    partition: Partition
+    template: JobTemplate | None
+    spec: scripts.JobSpec
+    dependencies: list[Job] = field(default_factory=list)
+    array_tasks: int = 1
+    requested_gpu_seconds: int = 0
+    rendered_script: str = ""
+
+    @property
+    def billing_weight(self) -> Decimal:
+        return self.partition.billing_weight
+
+
+def templates_visible_to(user: User):
+    """Global templates, the user's own, and those shared with the user's projects."""
+    return JobTemplate.objects.filter(
+        Q(scope=JobTemplate.Scope.GLOBAL)
+        | Q(scope=JobTemplate.Scope.USER, owner=user)
+        | Q(scope=JobTemplate.Scope.PROJECT, project__memberships__user=user)
+    ).distinct()
+
+
+def _with_defaults(request: JobRequest, user: User) -> tuple[dict[str, Any], JobTemplate | None]:
+    values: dict[str, Any] = dict(BUILT_IN_DEFAULTS)
+    template = None
+    if request.template is not None:
+        template = templates_visible_to(user).filter(pk=request.template).first()
+        if template is None:
+            raise JobInvalid.one("template", f"There is no template {request.template} for you.")
+        values.update({k: v for k, v in template.defaults.items() if k in TEMPLATE_FIELDS})
+        values["script"] = template.script
+    values.update({k: v for k, v in dataclasses.asdict(request).items() if v is not None})
+    return values, template
+
+
+def _project(user: User, slug: str | None) -> Project:
+    if not slug:
+        raise JobInvalid.one("project", "Choose the project that pays for the job.")
+    membership = (
+        Membership.objects.filter(user=user, project__slug=slug).select_related("project").first()
+    )
+    if membership is None:
+        raise JobInvalid.one("project", f"You are not a member of a project {slug!r}.")
+    return membership.project
+
+
+def _cluster(name: str | None) -> Cluster:
+    clusters = Cluster.objects.filter(is_enabled=True)
+    if name:
+        cluster = clusters.filter(name=name).first()
+        if cluster is None:
+            raise JobInvalid.one("cluster", f"There is no cluster {name!r}.")
+        return cluster
+    found = list(clusters[:2])
+    if len(found) != 1:
+        raise JobInvalid.one("cluster", "Choose a cluster: the portal has more than one.")
+    return found[0]
+
+
+def _partition(cluster: Cluster, name: str | None) -> Partition:
+    partitions = Partition.objects.filter(cluster=cluster)
+    partition = (
+        partitions.filter(name=name).first() if name else partitions.filter(is_default=True).first()
+    )
+    if partition is None:
+        known = ", ".join(partitions.values_list("name", flat=True)) or "none synced yet"
+        what = f"There is no partition {name!r}" if name else "The cluster has no default partition"
+        raise JobInvalid.one("partition", f"{what} on {cluster}; choose one of: {known}.")
+    if not partition.is_up:
+        raise JobInvalid.one("partition", f"Partition {partition.name} is down; choose another.")
+    return partition
+
+
+def _dependencies(user: User, ids: tuple[int, ...] | list[int]) -> list[Job]:
+    wanted = [int(i) for i in ids]
+    found = {job.pk: job for job in Job.objects.filter(owner=user, pk__in=wanted)}
+    missing = [str(i) for i in wanted if i not in found]
+    if missing:
+        raise JobInvalid.one("depends_on", f"You have no job {', '.join(missing)}.")
+    failed = [f"#{job.pk}" for job in found.values() if job.state in DEPENDENCY_NEVER_OK]
+    if failed:
+        raise JobInvalid.one(
+            "depends_on",
+            f"{', '.join(failed)} ended without success, so this job could never start.",
+        )
+    return list(found.values())
+
+
+DEPENDENCY_NEVER_OK = frozenset(
+    {
+        JobState.FAILED,
+        JobState.CANCELLED,
+        JobState.TIMEOUT,
+        JobState.OUT_OF_MEMORY,
+        JobState.NODE_FAIL,
+        JobState.PREEMPTED,
+        JobState.SUBMIT_FAILED,
+    }
+)
+
+
+def _int(values: dict[str, Any], name: str, *, optional: bool = False) -> int | None:
+    value = values.get(name)
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            return int(str(value))
+        except ValueError:
+            raise JobInvalid.one(name, "Give a whole number.") from None
+    return value
+
+
+def home_of(posix_user: str) -> str:
+    try:
+        return pwd.getpwnam(posix_user).pw_dir
+    except KeyError:
+        raise JobInvalid.one(
+            "__all__",
+            f"Your Unix login {posix_user!r} does not exist on this host; ask an administrator.",
+        ) from None
+
+
+def job_prepare(*, user: User, request: JobRequest, submit_token: str = "") -> PreparedJob:
+    """Check a request against the user's projects and the partition's real limits,
+    render its script and price it; raise JobInvalid naming each field to fix."""
+    if not user.posix_username:
+        raise JobInvalid.one(
+            "__all__", "Your account has no Unix login yet; ask an administrator to set one."
+        )
+    values, template = _with_defaults(request, user)
+    project = _project(user, values.get("project"))
+    cluster = _cluster(values.get("cluster"))
+    partition = _partition(cluster, values.get("partition"))
+    posix_user = user.posix_username
+    roots = paths.allowed_roots(posix_user, settings.JOB_ROOTS)
+    working_directory = paths.check_directory(
+        values.get("working_directory") or home_of(posix_user),
+        roots=roots,
+        field="working_directory",
+    )
+    default_output = DEFAULT_ARRAY_OUTPUT if values.get("array") else DEFAULT_OUTPUT
+    output_path = paths.check_output_path(
+        values.get("output_path") or default_output,
+        working_directory=working_directory,
+        roots=roots,
+        field="output_path",
+    )
+    error_path = paths.check_output_path(
+        values.get("error_path") or values.get("output_path") or default_output,
+        working_directory=working_directory,
+        roots=roots,
+        field="error_path",
+    )
+    environment = values.get("environment") or {}
+    if not isinstance(environment, dict):
+        raise JobInvalid.one("environment", "Give the environment as names and values.")
+    dependencies = _dependencies(user, values.get("depends_on") or ())
+    spec = scripts.JobSpec(
+        name=str(values.get("name") or ""),
+        account=project.slurm_account,
+        partition=partition.name,
+        nodes=_int(values, "nodes") or 0,
+        gpus_per_node=_int(values, "gpus_per_node") or 0,
+        cpus_per_gpu=_int(values, "cpus_per_gpu", optional=True),
+        mem_per_gpu_gb=_int(values, "mem_per_gpu_gb", optional=True),
+        time_limit_minutes=_int(values, "time_limit_minutes") or 0,
+        working_directory=working_directory,
+        output_path=output_path,
+        error_path=error_path,
+        environment={str(k): str(v) for k, v in environment.items()},
+        array=str(values.get("array") or ""),
+        after_ok=tuple(job.slurm_job_id for job in dependencies if job.slurm_job_id),
+        script=str(values.get("script") or ""),
+        submit_token=submit_token,
+    )
+    scripts.validate_spec(
+        spec,
+        max_time_minutes=partition.max_time_minutes,
+        max_gpus_per_node=partition.gpus_per_node,
+        max_nodes=max(partition.nodes, 1),
+        max_script_bytes=settings.JOB_MAX_SCRIPT_BYTES,
+    )
+    array_tasks = scripts.array_task_count(spec.array)
+    return PreparedJob(
+        owner=user,
+        posix_user=posix_user,
+        project=project,
+        cluster=cluster,
+        partition=partition,
+        template=template,
+        spec=spec,
+        dependencies=dependencies,
+        array_tasks=array_tasks,
+        requested_gpu_seconds=scripts.cost_gpu_seconds(
+            nodes=spec.nodes,
+            gpus_per_node=spec.gpus_per_node,
+            time_limit_minutes=spec.time_limit_minutes,
+            array_tasks=array_tasks,
+            billing_weight=partition.billing_weight,
+        ),
+        rendered_script=scripts.render_script(spec),
+    )

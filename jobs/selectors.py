@@ -1,0 +1,75 @@
+"""Reads of jobs that pages and the API share, scoped to the user who asks."""
+
+import pwd
+
+from django.conf import settings
+from django.db.models import Q, QuerySet
+
+from accounts.models import Membership, User
+from jobs import output, paths
+from jobs.errors import OutputUnavailable
+from jobs.models import Job, JobTemplate
+from jobs.requests import templates_visible_to
+
+
+def jobs_visible_to(user: User) -> QuerySet[Job]:
+    """The user's own jobs, and every job of the projects where they are PI or co-PI."""
+    led = Membership.objects.filter(
+        user=user, role__in=[Membership.Role.PI, Membership.Role.CO_PI]
+    ).values("project_id")
+    return Job.objects.filter(Q(owner=user) | Q(project_id__in=led)).select_related(
+        "owner", "project", "cluster", "partition"
+    )
+
+
+def job_detail(user: User, job_id: int) -> Job:
+    """One visible job with its events; Job.DoesNotExist for anyone else's (a 404)."""
+    return jobs_visible_to(user).prefetch_related("events", "depends_on").get(pk=job_id)
+
+
+def templates_for(user: User) -> QuerySet[JobTemplate]:
+    return templates_visible_to(user).order_by("scope", "name")
+
+
+def _output_path(job: Job, stream: str, array_task: int | None) -> str:
+    if job.slurm_job_id is None:
+        raise OutputUnavailable("The job has not reached Slurm yet, so it has no output.")
+    pattern = job.output_path if stream == "stdout" else job.error_path
+    is_array = bool(job.array)
+    return output.expand_output_pattern(
+        pattern,
+        # A task's own id is not known here; %j of an array task is rarely used in
+        # output names, and %A_%a (the usual pattern) is exact.
+        job_id=job.slurm_job_id,
+        array_job_id=job.slurm_job_id if is_array else None,
+        array_task=array_task if is_array else None,
+        name=job.name,
+        user=job.owner.posix_username or "",
+    )
+
+
+def job_output(
+    job: Job,
+    *,
+    stream: str = "stdout",
+    tail_lines: int | None = None,
+    array_task: int | None = None,
+) -> output.OutputText:
+    """The job's stdout or stderr, read as safely as DESIGN "Safe scripts" asks: only a
+    regular file owned by the job's owner, inside their allowed roots, never via a link."""
+    if stream not in ("stdout", "stderr"):
+        raise ValueError("stream is stdout or stderr")
+    posix_user = job.owner.posix_username
+    if not posix_user:
+        raise OutputUnavailable("The job's owner has no Unix login any more.")
+    try:
+        owner_uid = pwd.getpwnam(posix_user).pw_uid
+    except KeyError:
+        raise OutputUnavailable(f"The Unix login {posix_user!r} no longer exists.") from None
+    return output.read_output(
+        _output_path(job, stream, array_task),
+        owner_uid=owner_uid,
+        roots=paths.allowed_roots(posix_user, settings.JOB_ROOTS),
+        tail_lines=tail_lines,
+        max_bytes=settings.JOB_OUTPUT_MAX_BYTES,
+    )

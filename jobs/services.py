@@ -1,0 +1,217 @@
+"""Every write a user makes to jobs: create, estimate (writes nothing), cancel, hold, release.
+
+Submission to Slurm and the sync back from it live in ``jobs.submission`` and
+``jobs.sync``; everything that changes Slurm runs in a Celery task.
+"""
+
+import datetime as dt
+import logging
+import uuid
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from kombu.exceptions import OperationalError
+
+from accounts import ledger
+from accounts.errors import NoActiveAllocation, NotAllowed, QuotaExceeded
+from accounts.models import User
+from clusters.slurm import SlurmError, client_for
+from jobs.errors import JobInvalid
+from jobs.models import Job, JobEvent
+from jobs.requests import JobRequest, PreparedJob, job_prepare
+from jobs.states import TERMINAL_STATES, JobState
+from jobs.submission import submit_request_for
+
+logger = logging.getLogger(__name__)
+
+
+def job_event_add(*, job: Job, state: str, detail: str = "", at: dt.datetime | None = None) -> None:
+    JobEvent.objects.create(job=job, state=state, detail=detail[:500], at=at or timezone.now())
+
+
+def _allocation_for(prepared: PreparedJob):
+    try:
+        return ledger.active_allocation(project=prepared.project, cluster=prepared.cluster)
+    except NoActiveAllocation:
+        raise JobInvalid.one(
+            "project",
+            f"{prepared.project} has no active GPU-hour allocation on {prepared.cluster}; "
+            "a PI can request one.",
+        ) from None
+
+
+def _enqueue_submit(job_id: int) -> None:
+    from jobs.tasks import job_submit_task
+
+    try:
+        # No publish retries: a request must not hang on a broker that is down.
+        job_submit_task.apply_async((job_id,), retry=False)
+    except OperationalError:
+        # The job is saved and holds its hours; the sweeper submits it once the broker is back.
+        logger.warning("could not enqueue job %s; the sweeper will submit it", job_id)
+
+
+def job_create(*, user: User, request: JobRequest, idempotency_key: str = "") -> Job:
+    """Validate, render and price the request, hold its GPU-hours and save it as ``new`` —
+    one transaction — then enqueue its submission once that commits.
+
+    With an ``idempotency_key`` a repeat of the same request returns the first job.
+    """
+    if idempotency_key and (found := _by_idempotency_key(user, idempotency_key)):
+        return found
+    token = uuid.uuid4()
+    prepared = job_prepare(user=user, request=request, submit_token=str(token))
+    allocation = _allocation_for(prepared)
+    spec = prepared.spec
+    try:
+        with transaction.atomic():
+            job = Job.objects.create(
+                owner=user,
+                project=prepared.project,
+                cluster=prepared.cluster,
+                partition=prepared.partition,
+                template=prepared.template,
+                name=spec.name,
+                nodes=spec.nodes,
+                gpus_per_node=spec.gpus_per_node,
+                cpus_per_gpu=spec.cpus_per_gpu,
+                mem_per_gpu_gb=spec.mem_per_gpu_gb,
+                time_limit_minutes=spec.time_limit_minutes,
+                working_directory=spec.working_directory,
+                output_path=spec.output_path,
+                error_path=spec.error_path,
+                environment=spec.environment,
+                array=spec.array,
+                array_tasks=prepared.array_tasks,
+                script=spec.script,
+                rendered_script=prepared.rendered_script,
+                submit_token=token,
+                idempotency_key=idempotency_key,
+                billing_weight=prepared.billing_weight,
+                requested_gpu_seconds=prepared.requested_gpu_seconds,
+            )
+            job.depends_on.set(prepared.dependencies)
+            ledger.ledger_hold(
+                allocation=allocation,
+                reference=job.hold_reference,
+                gpu_seconds=prepared.requested_gpu_seconds,
+                user=user,
+                partition=prepared.partition,
+            )
+            job_event_add(
+                job=job,
+                state=JobState.NEW,
+                detail=f"{job.requested_gpu_hours:,.2f} GPU-hours held",
+                at=job.created_at,
+            )
+            transaction.on_commit(lambda: _enqueue_submit(job.pk))
+    except IntegrityError:
+        # The same idempotency key raced in twice: the other request saved the job.
+        if idempotency_key and (found := _by_idempotency_key(user, idempotency_key)):
+            return found
+        raise
+    return job
+
+
+def _by_idempotency_key(user: User, key: str) -> Job | None:
+    return Job.objects.filter(owner=user, idempotency_key=key).first()
+
+
+@dataclass(frozen=True)
+class Estimate:
+    requested_gpu_hours: float
+    available_gpu_hours: float
+    fits: bool
+    expected_start: dt.datetime | None
+    rendered_script: str
+
+
+def job_estimate(*, user: User, request: JobRequest) -> Estimate:
+    """The same checks and cost as ``job_create``, saving nothing; Slurm's expected start
+    when the cluster answers within ``PORTAL_ESTIMATE_TIMEOUT_S``."""
+    prepared = job_prepare(user=user, request=request, submit_token="estimate")  # noqa: S106
+    allocation = _allocation_for(prepared)
+    expected_start = None
+    try:
+        client = client_for(prepared.cluster, timeout_s=settings.ESTIMATE_TIMEOUT_S)
+        estimate = client.estimate_start(submit_request_for(prepared))
+        expected_start = estimate.starts_at
+    except SlurmError as error:
+        logger.info("no start estimate from %s: %s", prepared.cluster, error)
+    available = allocation.available_gpu_seconds
+    return Estimate(
+        requested_gpu_hours=prepared.requested_gpu_seconds / 3600,
+        available_gpu_hours=available / 3600,
+        fits=prepared.requested_gpu_seconds <= available,
+        expected_start=expected_start,
+        rendered_script=prepared.rendered_script,
+    )
+
+
+def can_manage(user: User, job: Job) -> bool:
+    """Owners manage their jobs; the project's PI and co-PIs may too."""
+    if job.owner_id == user.pk:
+        return True
+    return job.project.memberships.filter(user=user, role__in=["pi", "co_pi"]).exists()
+
+
+def _action(*, user: User, job: Job, action: str) -> Job:
+    if not can_manage(user, job):
+        raise NotAllowed(f"Only the job's owner or the project's PI can {action} it.")
+    if job.state in TERMINAL_STATES:
+        raise JobInvalid.one("__all__", f"Job #{job.pk} has already ended ({job.state}).")
+    from jobs import tasks
+
+    task = {
+        "cancel": tasks.job_cancel_task,
+        "hold": tasks.job_hold_task,
+        "release": tasks.job_release_task,
+    }[action]
+    job_event_add(job=job, state=job.state, detail=f"{action} asked by {user.username}")
+    transaction.on_commit(lambda: task.delay(job.pk))
+    return job
+
+
+def job_cancel(*, user: User, job: Job) -> Job:
+    """Cancel a job: one not yet in Slurm ends here, one in Slurm is scancelled by a task."""
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        if locked.state == JobState.NEW and can_manage(user, locked):
+            # Not claimed by a worker yet: it never reaches Slurm.
+            Job.objects.filter(pk=locked.pk).update(
+                state=JobState.CANCELLED, ended_at=timezone.now()
+            )
+            ledger.ledger_release(reference=locked.hold_reference)
+            job_event_add(job=locked, state=JobState.CANCELLED, detail=f"by {user.username}")
+            locked.refresh_from_db()
+            return locked
+        if locked.cancel_requested_at is None:
+            # A submission in flight sees this and scancels the job once it has its id.
+            Job.objects.filter(pk=locked.pk).update(cancel_requested_at=timezone.now())
+        return _action(user=user, job=locked, action="cancel")
+
+
+def job_hold(*, user: User, job: Job) -> Job:
+    if job.state != JobState.PENDING:
+        raise JobInvalid.one("__all__", "Only a job pending in Slurm's queue can be held.")
+    with transaction.atomic():
+        return _action(user=user, job=job, action="hold")
+
+
+def job_release(*, user: User, job: Job) -> Job:
+    with transaction.atomic():
+        return _action(user=user, job=job, action="release")
+
+
+__all__ = [
+    "Estimate",
+    "JobRequest",
+    "QuotaExceeded",
+    "job_cancel",
+    "job_create",
+    "job_estimate",
+    "job_hold",
+    "job_release",
+]

@@ -1,0 +1,260 @@
+"""Submitting a saved job to Slurm exactly once (DESIGN "Submission, exactly once").
+
+A worker claims the job by a conditional update (``new`` → ``submitting``, or a
+``submitting`` job whose claim has lapsed). Only a first attempt submits
+straight away; any later one may follow an attempt that reached Slurm (the
+worker died after sbatch, sbatch timed out), so it looks the job's token up
+first and submits only if Slurm has no job with it.
+"""
+
+import datetime as dt
+import logging
+
+from django.conf import settings
+from django.core.cache import cache
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from accounts import ledger
+from clusters.slurm import SlurmRejected, SlurmUnavailable, client_for
+from clusters.slurm.types import SubmitRequest
+from jobs import scripts
+from jobs.models import Job, JobEvent
+from jobs.requests import DEPENDENCY_NEVER_OK, PreparedJob, home_of
+from jobs.states import JobState
+
+logger = logging.getLogger(__name__)
+
+
+class DependencyNotReady(Exception):
+    """A job this one depends on is not in Slurm yet: try again shortly."""
+
+
+class ClaimedElsewhere(Exception):
+    """Another attempt holds the job's claim (or held it when its worker died): try again
+    when the claim lapses, then look the token up."""
+
+    def __init__(self, retry_in_s: float) -> None:
+        super().__init__(f"claimed by another attempt for {retry_in_s:.0f} s more")
+        self.retry_in_s = retry_in_s
+
+
+# After one submission finds the cluster unreachable, the others wait this long
+# instead of each spending Slurm's ~9 s connect timeout on the same answer.
+UNREACHABLE_PAUSE_S = 5
+
+
+def _unreachable_key(cluster_id: int) -> str:
+    return f"jobs:unreachable:{cluster_id}"
+
+
+def _environment(posix_user: str, spec: scripts.JobSpec) -> dict[str, str]:
+    # The job gets this and nothing else of the worker's environment (--export=NONE
+    # semantics): no SLURM_*/SBATCH_* of the worker, no secrets.
+    return {
+        "HOME": home_of(posix_user),
+        "USER": posix_user,
+        "LOGNAME": posix_user,
+        "PATH": settings.JOB_DEFAULT_PATH,
+        **spec.environment,
+    }
+
+
+def submit_request(*, spec: scripts.JobSpec, posix_user: str, script: str) -> SubmitRequest:
+    return SubmitRequest(
+        user=posix_user,
+        script=script,
+        account=spec.account,
+        partition=spec.partition,
+        name=spec.name,
+        time_limit_minutes=spec.time_limit_minutes,
+        working_directory=spec.working_directory,
+        stdout_path=spec.output_path,
+        stderr_path=spec.error_path,
+        nodes=spec.nodes,
+        gpus_per_node=spec.gpus_per_node,
+        cpus_per_gpu=spec.cpus_per_gpu,
+        mem_per_gpu_mb=spec.mem_per_gpu_gb * 1024 if spec.mem_per_gpu_gb else None,
+        environment=_environment(posix_user, spec),
+        array=spec.array or None,
+        after_ok=spec.after_ok,
+        comment=f"portal:{spec.submit_token}",
+    )
+
+
+def submit_request_for(prepared: PreparedJob) -> SubmitRequest:
+    return submit_request(
+        spec=prepared.spec, posix_user=prepared.posix_user, script=prepared.rendered_script
+    )
+
+
+def _after_ok(job: Job) -> tuple[int, ...]:
+    """Slurm ids of the dependencies still to finish; raises when one can never succeed."""
+    ids = []
+    for dependency in job.depends_on.all():
+        if dependency.state in DEPENDENCY_NEVER_OK:
+            raise SlurmRejected(
+                f"Job #{dependency.pk}, which this job depends on, ended {dependency.state}."
+            )
+        if dependency.state == JobState.COMPLETED:
+            continue  # satisfied; Slurm may already have forgotten it
+        if dependency.slurm_job_id is None:
+            raise DependencyNotReady(f"job #{dependency.pk} is not in Slurm yet")
+        ids.append(dependency.slurm_job_id)
+    return tuple(sorted(ids))
+
+
+def spec_of(job: Job, *, after_ok: tuple[int, ...] = ()) -> scripts.JobSpec:
+    return scripts.JobSpec(
+        name=job.name,
+        account=job.project.slurm_account,
+        partition=job.partition.name,
+        nodes=job.nodes,
+        gpus_per_node=job.gpus_per_node,
+        cpus_per_gpu=job.cpus_per_gpu,
+        mem_per_gpu_gb=job.mem_per_gpu_gb,
+        time_limit_minutes=job.time_limit_minutes,
+        working_directory=job.working_directory,
+        output_path=job.output_path,
+        error_path=job.error_path,
+        environment=dict(job.environment),
+        array=job.array,
+        after_ok=after_ok,
+        script=job.script,
+        submit_token=str(job.submit_token),
+    )
+
+
+def _claim(job_id: int) -> Job | None:
+    now = timezone.now()
+    lapsed_claim = Q(claimed_until__isnull=True) | Q(claimed_until__lt=now)
+    lapsed = Q(state=JobState.SUBMITTING) & lapsed_claim
+    claimed = (
+        Job.objects.filter(Q(pk=job_id) & (Q(state=JobState.NEW) | lapsed))
+        .filter(slurm_job_id__isnull=True)
+        .update(
+            state=JobState.SUBMITTING,
+            claimed_until=now + dt.timedelta(seconds=settings.JOB_SUBMIT_CLAIM_S),
+            submit_attempts=F("submit_attempts") + 1,
+        )
+    )
+    if not claimed:
+        lease = (
+            Job.objects.filter(pk=job_id, state=JobState.SUBMITTING, slurm_job_id__isnull=True)
+            .values_list("claimed_until", flat=True)
+            .first()
+        )
+        if lease is not None:
+            raise ClaimedElsewhere(max((lease - now).total_seconds(), 0) + 1)
+        return None
+    return Job.objects.select_related("cluster", "project", "partition", "owner").get(pk=job_id)
+
+
+def _unclaim(job: Job, *, reason: str) -> None:
+    """Let the next attempt claim the job at once; it will look the token up first."""
+    Job.objects.filter(pk=job.pk, state=JobState.SUBMITTING).update(
+        claimed_until=None, reason=reason[:200]
+    )
+
+
+def _record_submitted(job: Job, slurm_job_id: int, *, rendered_script: str) -> Job:
+    now = timezone.now()
+    with transaction.atomic():
+        updated = Job.objects.filter(pk=job.pk, state=JobState.SUBMITTING).update(
+            state=JobState.PENDING,
+            slurm_job_id=slurm_job_id,
+            rendered_script=rendered_script,
+            submitted_at=now,
+            claimed_until=None,
+            reason="",
+        )
+        if updated:
+            JobEvent.objects.create(
+                job=job, at=now, state=JobState.PENDING, detail=f"Slurm job {slurm_job_id}"
+            )
+    job.refresh_from_db()
+    if job.cancel_requested_at is not None:
+        from jobs.tasks import job_cancel_task
+
+        job_cancel_task.delay(job.pk)
+    return job
+
+
+def _record_refused(job: Job, message: str, *, state: str = JobState.SUBMIT_FAILED) -> Job:
+    now = timezone.now()
+    with transaction.atomic():
+        updated = Job.objects.filter(pk=job.pk, state=JobState.SUBMITTING).update(
+            state=state,
+            submit_error=message,
+            ended_at=now,
+            claimed_until=None,
+            reason="",
+        )
+        if updated:
+            ledger.ledger_release(reference=job.hold_reference)
+            JobEvent.objects.create(job=job, at=now, state=state, detail=message[:500])
+    job.refresh_from_db()
+    return job
+
+
+def job_submit(*, job_id: int) -> Job | None:
+    """Submit the job if this attempt wins the claim; None when there is nothing to do.
+
+    Raises SlurmUnavailable, DependencyNotReady or ClaimedElsewhere for the task to
+    retry later;
+    Slurm's refusal is final: ``submit_failed`` with Slurm's message, hold released.
+    """
+    job = _claim(job_id)
+    if job is None:
+        return None
+    if job.submit_attempts == 1:
+        JobEvent.objects.create(job=job, at=timezone.now(), state=JobState.SUBMITTING)
+    client = client_for(job.cluster)
+    try:
+        if paused := cache.get(_unreachable_key(job.cluster_id)):
+            raise SlurmUnavailable(paused)
+        if job.submit_attempts > 1:
+            # An earlier attempt may have reached Slurm: never submit a second copy.
+            found = client.find_by_comment(job.comment)
+            if found:
+                logger.info("job %s was already in Slurm as %s", job.pk, found[0])
+                return _record_submitted(job, found[0], rendered_script=job.rendered_script)
+        if job.cancel_requested_at is not None:
+            return _record_refused(
+                job, "Cancelled before it reached Slurm.", state=JobState.CANCELLED
+            )
+        after_ok = _after_ok(job)
+        spec = spec_of(job, after_ok=after_ok)
+        rendered = scripts.render_script(spec) if after_ok else job.rendered_script
+        posix_user = job.owner.posix_username
+        if not posix_user:
+            raise SlurmRejected(f"{job.owner} has no Unix login any more; ask an administrator.")
+        slurm_job_id = client.submit(
+            submit_request(spec=spec, posix_user=posix_user, script=rendered)
+        )
+    except SlurmRejected as refusal:
+        return _record_refused(job, refusal.message)
+    except SlurmUnavailable as error:
+        cache.add(_unreachable_key(job.cluster_id), str(error), timeout=UNREACHABLE_PAUSE_S)
+        _unclaim(job, reason=f"Slurm is not answering; retrying: {error}")
+        raise
+    except DependencyNotReady as error:
+        _unclaim(job, reason=f"Waiting for {error}")
+        raise
+    return _record_submitted(job, slurm_job_id, rendered_script=rendered)
+
+
+def jobs_to_sweep(*, older_than_s: int = 15, limit: int = 500) -> list[int]:
+    """Jobs left in ``new`` or in a lapsed ``submitting``: saved while the broker or a
+    worker was down, or abandoned by a worker that died mid-submission."""
+    now = timezone.now()
+    quiet_since = now - dt.timedelta(seconds=older_than_s)
+    stuck = Job.objects.filter(
+        Q(state=JobState.NEW, created_at__lt=quiet_since)
+        | (
+            Q(state=JobState.SUBMITTING, updated_at__lt=quiet_since)
+            & (Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
+        )
+    ).order_by("id")
+    return list(stuck.values_list("id", flat=True)[:limit])

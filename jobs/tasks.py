@@ -1,0 +1,117 @@
+"""Thin Celery wrappers over the job services; every one is safe to run twice."""
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from celery import shared_task
+from django.conf import settings
+from django.core.cache import cache
+
+from clusters.models import Cluster
+from clusters.selectors import clusters_enabled
+from clusters.slurm import SlurmUnavailable
+from jobs.control import job_control
+from jobs.submission import ClaimedElsewhere, DependencyNotReady, job_submit, jobs_to_sweep
+from jobs.sync import accounting_sync, queue_sync
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(
+    bind=True,
+    autoretry_for=(SlurmUnavailable, DependencyNotReady),
+    retry_backoff=2,
+    retry_backoff_max=30,
+    retry_jitter=True,
+    max_retries=20,
+)
+def job_submit_task(self, job_id: int) -> None:
+    # After the last retry the job stays `submitting` with the reason on it; the
+    # sweeper enqueues it again, so it is submitted once Slurm answers.
+    try:
+        job_submit(job_id=job_id)
+    except ClaimedElsewhere as claimed:
+        raise self.retry(countdown=claimed.retry_in_s, max_retries=5) from None
+
+
+@shared_task(autoretry_for=(SlurmUnavailable,), retry_backoff=2, max_retries=10)
+def job_cancel_task(job_id: int) -> None:
+    job_control(job_id=job_id, action="cancel")
+
+
+@shared_task(autoretry_for=(SlurmUnavailable,), retry_backoff=2, max_retries=10)
+def job_hold_task(job_id: int) -> None:
+    job_control(job_id=job_id, action="hold")
+
+
+@shared_task(autoretry_for=(SlurmUnavailable,), retry_backoff=2, max_retries=10)
+def job_release_task(job_id: int) -> None:
+    job_control(job_id=job_id, action="release")
+
+
+@shared_task
+def submissions_sweep_task() -> None:
+    stuck = jobs_to_sweep()
+    for job_id in stuck:
+        job_submit_task.delay(job_id)
+    if stuck:
+        logger.info("re-enqueued %d jobs waiting to be submitted", len(stuck))
+
+
+@contextmanager
+def _only_one(name: str, timeout_s: int) -> Iterator[bool]:
+    """One run at a time per cluster: a slow Slurm must not pile syncs on each other."""
+    key = f"jobs:{name}"
+    acquired = cache.add(key, 1, timeout=timeout_s)
+    try:
+        yield acquired
+    finally:
+        if acquired:
+            cache.delete(key)
+
+
+@shared_task(soft_time_limit=60)
+def queue_sync_task(cluster_id: int) -> None:
+    cluster = Cluster.objects.get(pk=cluster_id)
+    with _only_one(f"queue-sync:{cluster_id}", 90) as acquired:
+        if not acquired:
+            return
+        try:
+            result = queue_sync(cluster=cluster)
+        except SlurmUnavailable as error:
+            logger.warning("queue sync of %s: %s", cluster.name, error)
+            return
+    if result.vanished:
+        # Jobs that left the queue end in accounting: read it now, not at the next beat.
+        accounting_ingest_task.delay(cluster_id)
+
+
+@shared_task
+def queue_sync_all_task() -> None:
+    for cluster_id in clusters_enabled().values_list("id", flat=True):
+        queue_sync_task.delay(cluster_id)
+
+
+@shared_task(soft_time_limit=240)
+def accounting_ingest_task(cluster_id: int) -> None:
+    cluster = Cluster.objects.get(pk=cluster_id)
+    with _only_one(f"accounting:{cluster_id}", settings.CELERY_TASK_TIME_LIMIT) as acquired:
+        if not acquired:
+            return
+        try:
+            result = accounting_sync(cluster=cluster)
+        except SlurmUnavailable as error:
+            logger.warning("accounting ingest of %s: %s", cluster.name, error)
+            return
+    if result.charged or result.finished_jobs:
+        logger.info(
+            "accounting %s: %d records, %d charged, %d jobs finished",
+            cluster.name, result.records, result.charged, result.finished_jobs,
+        )  # fmt: skip
+
+
+@shared_task
+def accounting_ingest_all_task() -> None:
+    for cluster_id in clusters_enabled().values_list("id", flat=True):
+        accounting_ingest_task.delay(cluster_id)

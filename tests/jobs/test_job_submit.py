@@ -1,0 +1,144 @@
+"""job_submit on the live cluster: claimed once, submitted once, found again by its token."""
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from accounts.selectors import project_balance
+from clusters.slurm import client_for
+from jobs.control import job_control
+from jobs.models import Job
+from jobs.services import job_cancel, job_create
+from jobs.states import JobState
+from jobs.submission import (
+    ClaimedElsewhere,
+    DependencyNotReady,
+    job_submit,
+    spec_of,
+    submit_request,
+)
+from jobs.sync import queue_sync
+from tests.jobs.conftest import request_for, wait_for
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture
+def project(make_project, alice):
+    return make_project(members={alice: "pi"}, gpu_hours=10)
+
+
+def test_a_first_attempt_submits_once_and_records_the_slurm_id(project, alice, workdir):
+    job = job_create(user=alice, request=request_for(project, workdir))
+    job_submit(job_id=job.pk)
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING
+    assert job.slurm_job_id is not None and job.submitted_at is not None
+    assert [e.state for e in job.events.all()] == ["new", "submitting", "pending"]
+    client = client_for(job.cluster)
+    assert client.find_by_comment(job.comment) == [job.slurm_job_id]
+    # A second delivery of the same task finds nothing to do.
+    assert job_submit(job_id=job.pk) is None
+    assert client.find_by_comment(job.comment) == [job.slurm_job_id]
+    job.refresh_from_db()
+    assert job.submit_attempts == 1
+
+
+def test_a_retry_after_sbatch_reached_slurm_records_that_job_instead_of_submitting(
+    project, alice, workdir
+):
+    job = job_create(user=alice, request=request_for(project, workdir))
+    # An earlier attempt claimed the job, ran sbatch and died before recording the id.
+    Job.objects.filter(pk=job.pk).update(
+        state=JobState.SUBMITTING,
+        submit_attempts=1,
+        claimed_until=timezone.now() - dt.timedelta(seconds=1),
+    )
+    client = client_for(job.cluster)
+    earlier = client.submit(
+        submit_request(spec=spec_of(job), posix_user="alice", script=job.rendered_script)
+    )
+    job_submit(job_id=job.pk)
+    job.refresh_from_db()
+    assert job.slurm_job_id == earlier
+    assert job.state == JobState.PENDING
+    assert client.find_by_comment(job.comment) == [earlier]
+
+
+def test_a_job_claimed_by_a_live_attempt_is_left_alone(project, alice, workdir):
+    job = job_create(user=alice, request=request_for(project, workdir))
+    Job.objects.filter(pk=job.pk).update(
+        state=JobState.SUBMITTING,
+        submit_attempts=1,
+        claimed_until=timezone.now() + dt.timedelta(seconds=30),
+    )
+    with pytest.raises(ClaimedElsewhere) as claimed:
+        job_submit(job_id=job.pk)
+    assert 25 < claimed.value.retry_in_s <= 31
+    assert client_for(job.cluster).find_by_comment(job.comment) == []
+
+
+def test_slurms_refusal_is_final_keeps_its_message_and_releases_the_hold(
+    make_project, alice, workdir
+):
+    # The reconciler never ran: Slurm has no such account and refuses the job.
+    project = make_project(members={alice: "pi"}, gpu_hours=10, in_slurm=False)
+    job = job_create(user=alice, request=request_for(project, workdir))
+    assert project_balance(project).held_gpu_seconds > 0
+    job_submit(job_id=job.pk)
+    job.refresh_from_db()
+    assert job.state == JobState.SUBMIT_FAILED
+    assert "account" in job.submit_error.lower()
+    assert job.slurm_job_id is None and job.ended_at is not None
+    assert project_balance(project).held_gpu_seconds == 0
+    assert job.events.last().state == JobState.SUBMIT_FAILED
+    assert job_submit(job_id=job.pk) is None
+
+
+def test_a_dependent_job_waits_for_its_dependency_and_slurm_is_told(project, alice, workdir):
+    first = job_create(user=alice, request=request_for(project, workdir, name="first"))
+    second = job_create(
+        user=alice, request=request_for(project, workdir, name="second", depends_on=(first.pk,))
+    )
+    with pytest.raises(DependencyNotReady):
+        job_submit(job_id=second.pk)
+    job_submit(job_id=first.pk)
+    job_submit(job_id=second.pk)
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert second.state == JobState.PENDING
+    assert f"--dependency=afterok:{first.slurm_job_id}" in second.rendered_script
+
+
+def test_a_job_cancelled_before_a_worker_took_it_never_reaches_slurm(project, alice, workdir):
+    job = job_create(user=alice, request=request_for(project, workdir))
+    job_cancel(user=alice, job=job)
+    job.refresh_from_db()
+    assert job.state == JobState.CANCELLED
+    assert project_balance(project).held_gpu_seconds == 0
+    assert job_submit(job_id=job.pk) is None
+    assert client_for(job.cluster).find_by_comment(job.comment) == []
+
+
+def test_cancelling_a_queued_job_scancels_it_and_the_sync_sees_it(
+    project, alice, bob, workdir, django_capture_on_commit_callbacks
+):
+    job = job_create(
+        user=alice, request=request_for(project, workdir, script="sleep 60\n", name="long")
+    )
+    job_submit(job_id=job.pk)
+    job.refresh_from_db()
+    with pytest.raises(Exception, match="owner"):
+        job_cancel(user=bob, job=job)  # bob is not in the project
+    with django_capture_on_commit_callbacks() as callbacks:
+        job_cancel(user=alice, job=job)
+    assert len(callbacks) == 1  # the cancel task, enqueued on commit
+    job_control(job_id=job.pk, action="cancel")
+
+    def cancelled():
+        queue_sync(cluster=job.cluster)
+        job.refresh_from_db()
+        return job.state == JobState.CANCELLED
+
+    wait_for(cancelled, timeout_s=30, what="the queue to show the job cancelled")

@@ -1,0 +1,63 @@
+"""Work submitted with plain sbatch is charged on ingest; once the balance is spent, Slurm
+stops the next such job (the reconciler's limit is the hard stop)."""
+
+import subprocess
+from decimal import Decimal
+
+import pytest
+
+from accounts.models import LedgerEntry
+from accounts.reconcile import reconcile
+from accounts.selectors import project_balance
+from clusters.slurm import client_for
+from jobs.sync import accounting_sync
+from tests.conftest import DEV_CLUSTER
+from tests.jobs.conftest import wait_for
+
+pytestmark = pytest.mark.slurm
+
+
+def plain_sbatch(account: str, command: str) -> int:
+    submitted = subprocess.run(
+        ["runuser", "-u", "alice", "--", "sbatch", "--parsable", f"--account={account}",
+         "--partition=debug", "--gpus-per-node=1", "--time=2", "--chdir=/tmp",
+         "--output=/dev/null", f"--wrap={command}"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return int(submitted.stdout.strip().split(";")[0])
+
+
+def test_plain_sbatch_work_is_charged_and_the_next_job_is_stopped_once_spent(
+    make_project, dev_cluster, alice
+):
+    project = make_project(members={alice: "pi"}, gpu_hours=1)
+    # On this partition a few seconds of one GPU cost more than the whole hour.
+    dev_cluster.partitions.filter(name="debug").update(billing_weight=Decimal("999"))
+    first = plain_sbatch(project.slurm_account, "sleep 4")
+    reference = f"{DEV_CLUSTER}:{first}"
+
+    def charged():
+        accounting_sync(cluster=dev_cluster)
+        return LedgerEntry.objects.filter(kind="charge", reference=reference).first()
+
+    charge = wait_for(charged, timeout_s=90, interval_s=1, what="the sbatch job to be charged")
+    assert charge.user == alice
+    assert charge.partition.name == "debug"
+    assert -charge.gpu_seconds >= 4 * 999
+    balance = project_balance(project)
+    assert balance.available_gpu_seconds <= 0
+    assert balance.held_gpu_seconds == 0
+
+    report = reconcile(cluster=dev_cluster)
+    assert not report.errors, report.errors
+    second = plain_sbatch(project.slurm_account, "true")
+    client = client_for(dev_cluster)
+
+    def stopped_by_the_limit():
+        entry = next((e for e in client.queue() if e.job_id == second), None)
+        return entry is not None and entry.state == "PENDING" and "AssocGrp" in entry.reason
+
+    wait_for(stopped_by_the_limit, timeout_s=30, what="Slurm to hold the job at the limit")
+    # Ingesting again charges nothing twice.
+    accounting_sync(cluster=dev_cluster)
+    assert LedgerEntry.objects.filter(kind="charge", reference=reference).count() == 1
