@@ -13,6 +13,7 @@ to the project whose Slurm account they ran under.
 
 import datetime as dt
 import logging
+import uuid
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -169,9 +170,13 @@ _RECORD_FIELDS = [
 
 
 def _token(comment: str) -> str | None:
-    if comment.startswith("portal:"):
-        return comment.removeprefix("portal:")
-    return None
+    """The submit token in a portal job's comment; None for any other comment."""
+    if not comment.startswith("portal:"):
+        return None
+    try:
+        return str(uuid.UUID(comment.removeprefix("portal:")))
+    except ValueError:
+        return None  # someone else's text that merely looks like ours
 
 
 def _portal_jobs(cluster: Cluster, entries: list[AccountingEntry]) -> dict[int, Job]:

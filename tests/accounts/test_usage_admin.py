@@ -8,11 +8,11 @@ from unittest import mock
 import pytest
 from django.http import StreamingHttpResponse
 
-from accounts.admin import MonthRow, usage_chart
 from accounts.groups import ALLOCATION_MANAGERS
 from accounts.ledger import allocation_grant, ledger_charge, ledger_hold
 from accounts.selectors import MonthlyUsage, project_usage_by_month_and_user
 from accounts.services import membership_set, project_create, user_create
+from accounts.usage import MonthRow, usage_chart
 from clusters.models import Partition
 from clusters.services import cluster_register
 

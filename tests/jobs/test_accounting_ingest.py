@@ -77,7 +77,7 @@ def portal_job(project, cluster, alice, *, slurm_job_id: int, array: str = "", t
         cluster=cluster,
         partition=cluster.partitions.get(name="gpu"),
         name="train",
-        time_limit_minutes=60,
+        time_limit_minutes=10,
         gpus_per_node=2,
         working_directory="/home/alice",
         output_path="/home/alice/slurm-%j.out",
@@ -85,7 +85,7 @@ def portal_job(project, cluster, alice, *, slurm_job_id: int, array: str = "", t
         script="true\n",
         rendered_script="#!/bin/bash\ntrue\n",
         billing_weight=Decimal("1.5"),
-        requested_gpu_seconds=2 * 3600 * tasks * 3 // 2,
+        requested_gpu_seconds=2 * 600 * tasks * 3 // 2,
         array=array,
         array_tasks=tasks,
         slurm_job_id=slurm_job_id,
@@ -178,3 +178,9 @@ def test_an_array_keeps_its_hold_until_every_task_has_ended(cluster, project, al
     assert job.state == JobState.CANCELLED
     assert job.used_gpu_seconds == 2 * 1800
     assert project_balance(project).held_gpu_seconds == 0
+
+
+def test_a_comment_that_only_looks_like_a_portal_token_is_ignored(cluster, project):
+    result = accounting_ingest(cluster=cluster, entries=[entry(504, comment="portal:not-a-uuid")])
+    assert result.charged == 1  # charged as outside work of its account
+    assert AccountingRecord.objects.get(slurm_job_id=504).job is None
