@@ -25,7 +25,7 @@ from django.utils import timezone
 from accounts import ledger
 from accounts.models import Allocation, LedgerEntry, Project, User
 from clusters.models import Cluster, Partition
-from clusters.slurm import client_for
+from clusters.slurm import SlurmClient, client_for, shared_client_for
 from clusters.slurm.states import SlurmJobState
 from clusters.slurm.types import AccountingEntry, QueueEntry
 from jobs import scripts
@@ -131,9 +131,9 @@ def _update_jobs(rows: list[tuple], *, now: dt.datetime) -> None:
         )
 
 
-def queue_sync(*, cluster: Cluster, client=None) -> QueueSyncResult:
+def queue_sync(*, cluster: Cluster, client: SlurmClient | None = None) -> QueueSyncResult:
     """Read the cluster's queue (one call) and apply it."""
-    client = client or client_for(cluster)
+    client = client or shared_client_for(cluster)
     return queue_apply(cluster=cluster, entries=client.queue())
 
 
@@ -419,7 +419,7 @@ def accounting_ingest(*, cluster: Cluster, entries: list[AccountingEntry]) -> In
     return result
 
 
-def accounting_sync(*, cluster: Cluster, client=None) -> IngestResult:
+def accounting_sync(*, cluster: Cluster, client: SlurmClient | None = None) -> IngestResult:
     """Read accounting since the watermark (minus the overlap), ingest it, move the mark."""
     client = client or client_for(cluster)
     sync, _ = ClusterSync.objects.get_or_create(cluster=cluster)

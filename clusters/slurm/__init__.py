@@ -23,6 +23,7 @@ __all__ = [
     "SlurmRejected",
     "SlurmUnavailable",
     "client_for",
+    "shared_client_for",
 ]
 
 
@@ -59,3 +60,23 @@ def client_for(cluster: Cluster, *, timeout_s: float | None = None) -> SlurmClie
             bin_dir=settings.SLURM_BIN_DIR,
         )
     raise ValueError(f"cluster {cluster.name} has an unknown backend {cluster.backend!r}")
+
+
+_shared: dict[tuple, SlurmClient] = {}
+
+
+def shared_client_for(cluster: Cluster) -> SlurmClient:
+    """One long-lived client per cluster and process, for the periodic queue listing: the
+    rest client then remembers its last answer and slurmrestd says 304 when nothing changed."""
+    key = (
+        cluster.pk,
+        cluster.backend,
+        cluster.rest_url,
+        cluster.rest_api_version,
+        cluster.jwt_key_file,
+        cluster.admin_user,
+    )
+    client = _shared.get(key)
+    if client is None:
+        client = _shared[key] = client_for(cluster)
+    return client

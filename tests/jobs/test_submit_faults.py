@@ -97,7 +97,11 @@ def test_a_worker_killed_after_sbatch_does_not_cause_a_second_submission(
 ):
     prefix, mark = killing_prefix
     project = make_project(members={alice: "pi"})
-    with running_worker(PORTAL_SLURM_RUN_AS_PREFIX=prefix, PORTAL_JOB_SUBMIT_CLAIM_S="10"):
+    with running_worker(
+        PORTAL_SLURM_RUN_AS_PREFIX=prefix,
+        PORTAL_SLURM_COMMAND_TIMEOUT_S="5",
+        PORTAL_JOB_SUBMIT_CLAIM_S="20",  # the shortest jobs.E001 allows with that timeout
+    ):
         job = job_create(user=alice, request=quick_job(project, workdir, 0))
         wait_for(mark.exists, timeout_s=60, what="the worker to run sbatch and be killed")
         job.refresh_from_db()
