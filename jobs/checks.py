@@ -10,10 +10,11 @@ def check_job_settings(app_configs, **kwargs):
     # A claim must outlast one attempt (a token look-up and an sbatch, each up to the
     # command timeout), or a second worker could take the job while the first submits.
     needed = 2 * settings.SLURM_COMMAND_TIMEOUT_S + 10
-    if settings.JOB_SUBMIT_CLAIM_S < needed:
+    claim_s = settings.JOB_SUBMIT_CLAIM_S
+    if claim_s < needed:
         errors.append(
             Error(
-                f"PORTAL_JOB_SUBMIT_CLAIM_S={settings.JOB_SUBMIT_CLAIM_S} is shorter than one "
+                f"PORTAL_JOB_SUBMIT_CLAIM_S={claim_s} is shorter than one "
                 f"submission attempt may take ({needed} s with "
                 f"PORTAL_SLURM_COMMAND_TIMEOUT_S={settings.SLURM_COMMAND_TIMEOUT_S}).",
                 hint=f"Set PORTAL_JOB_SUBMIT_CLAIM_S to at least {needed}.",

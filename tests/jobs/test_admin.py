@@ -1,0 +1,50 @@
+"""Jobs in the admin console: managers keep global templates; jobs are read-only there."""
+
+import pytest
+
+from accounts.groups import ALLOCATION_MANAGERS
+from accounts.services import user_create
+from jobs.models import JobTemplate
+
+
+@pytest.fixture
+def manny(db):
+    return user_create(
+        username="manny", password="pw-manny-1234", is_staff=True, groups=(ALLOCATION_MANAGERS,)
+    )
+
+
+def test_a_manager_adds_a_global_template(client, manny):
+    client.force_login(manny)
+    response = client.post(
+        "/admin/jobs/jobtemplate/add/",
+        {
+            "name": "JAX on one GPU",
+            "description": "",
+            "scope": "global",
+            "defaults": '{"gpus_per_node": 1, "time_limit_minutes": 30}',
+            "script": "python main.py\n",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    template = JobTemplate.objects.get(name="JAX on one GPU")
+    assert template.scope == "global" and template.defaults["gpus_per_node"] == 1
+
+
+def test_the_seeded_global_templates_are_listed(client, manny):
+    client.force_login(manny)
+    page = client.get("/admin/jobs/jobtemplate/").content.decode()
+    assert "Multi-GPU torchrun, one node" in page
+    assert "CPU-only debug job" in page
+
+
+def test_jobs_and_accounting_are_read_only_for_managers(client, manny):
+    client.force_login(manny)
+    assert client.get("/admin/jobs/job/").status_code == 200
+    assert client.get("/admin/jobs/accountingrecord/").status_code == 200
+    assert client.get("/admin/jobs/job/add/").status_code == 403
+
+
+def test_a_researcher_cannot_open_the_console(client, alice):
+    client.force_login(alice)
+    assert client.get("/admin/jobs/jobtemplate/").status_code == 302
