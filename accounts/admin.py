@@ -1,23 +1,24 @@
-import csv
-import datetime as dt
-import math
-from collections import defaultdict
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+"""The allocation managers' console: registrations and thin views over the services.
+
+Every write that matters goes through a service with the acting user, and the
+admin log (LogEntry) records who changed what and, where a reason is asked, why.
+"""
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import Count, F, OuterRef, QuerySet, Subquery, Sum
+from django.db.models import Count, F, OuterRef, Subquery, Sum
 from django.http import Http404, StreamingHttpResponse
 from django.shortcuts import redirect, render
+from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
 from accounts.errors import AllocationOverlap, NotAllowed
-from accounts.ledger import allocation_adjust, allocation_grant
+from accounts.ledger import allocation_adjust, allocation_grant, allocation_revoke
 from accounts.models import (
     Allocation,
     AllocationRequest,
@@ -30,7 +31,6 @@ from accounts.models import (
 from accounts.reconcile import reconcile
 from accounts.requests import allocation_request_approve, allocation_request_deny
 from accounts.selectors import (
-    MonthlyUsage,
     allocation_balance,
     charges_of_projects,
     project_active_allocations,
@@ -38,6 +38,22 @@ from accounts.selectors import (
     project_usage,
     project_usage_by_month_and_user,
     usage_by_month_and_user,
+)
+from accounts.services import (
+    membership_remove,
+    membership_set,
+    project_create,
+    project_update,
+)
+from accounts.usage import (
+    CHARGES_HEADER,
+    MONTHLY_HEADER,
+    NO_PARTITION,
+    NO_USER,
+    charge_rows,
+    csv_response,
+    monthly_rows,
+    usage_chart,
 )
 from clusters.selectors import clusters_enabled
 
@@ -88,235 +104,92 @@ class AdjustForm(forms.Form):
     reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}))
 
 
-def hours(seconds: int) -> str:
-    return f"{seconds / 3600:,.1f}"
-
-
-NO_USER = "(no portal user)"  # charges of work outside the portal, or of a deleted user
-NO_PARTITION = "(unknown partition)"
-# Okabe-Ito: told apart by colour-blind readers too; the eighth colour is "others".
-SERIES_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442")
-OTHERS_COLOUR = "#8C8C8C"
-
-
-@dataclass(frozen=True)
-class Series:
-    name: str
-    colour: str
-
-
-@dataclass(frozen=True)
-class MonthRow:
-    month: str  # "2026-11"
-    gpu_hours: list[float]  # one per series
-    total: float
-
-
-@dataclass(frozen=True)
-class Bar:
-    x: float
-    y: float
-    width: float
-    height: float
-    colour: str
-    title: str
-
-
-@dataclass(frozen=True)
-class Tick:
-    at: float
-    label: str
-
-
-# The chart's frame in SVG user units; it scales to the page's width.
-CHART_WIDTH, CHART_HEIGHT = 720, 300
-PLOT_LEFT, PLOT_RIGHT, PLOT_TOP, PLOT_BOTTOM = 64, 712, 12, 256
-
-
-@dataclass(frozen=True)
-class UsageChart:
-    """GPU-hours per month stacked by user: the numbers, and the SVG drawn from them."""
-
-    series: list[Series]
-    rows: list[MonthRow]
-    totals: list[float]  # one per series
-    bars: list[Bar]
-    y_ticks: list[Tick]
-    x_labels: list[Tick]
-    width: int = CHART_WIDTH
-    height: int = CHART_HEIGHT
-    left: int = PLOT_LEFT
-    right: int = PLOT_RIGHT
-    top: int = PLOT_TOP
-    bottom: int = PLOT_BOTTOM
-
-    @property
-    def total(self) -> float:
-        return sum(self.totals)
-
-    @property
-    def first_month(self) -> str:
-        return self.rows[0].month if self.rows else ""
-
-    @property
-    def last_month(self) -> str:
-        return self.rows[-1].month if self.rows else ""
-
-
-def _month_label(month: dt.date) -> str:
-    return f"{month:%Y-%m}"
-
-
-def _months_from(first: dt.date, last: dt.date) -> list[dt.date]:
-    months, month = [], first
-    while month <= last:
-        months.append(month)
-        month = (month.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
-    return months
-
-
-def _nice_ceiling(value: float) -> float:
-    """The smallest 1, 2, 2.5 or 5 times a power of ten at or above the value."""
-    if value <= 0:
-        return 1.0
-    magnitude = 10.0 ** math.floor(math.log10(value))
-    return next(step * magnitude for step in (1, 2, 2.5, 5, 10) if step * magnitude >= value)
-
-
-def _stack(usage: list[MonthlyUsage], max_series: int) -> tuple[list[Series], list[MonthRow]]:
-    """Each month's GPU-hours by user, the largest users first and the rest as "others",
-    with every month between the first and the last so that gaps show."""
-    per_user: dict[str, float] = defaultdict(float)
-    for cell in usage:
-        per_user[cell.username or NO_USER] += cell.gpu_hours
-    ranked = sorted(per_user, key=lambda name: (-per_user[name], name))
-    shown = ranked if len(ranked) <= max_series else ranked[: max_series - 1]
-    series = [Series(name, colour) for name, colour in zip(shown, SERIES_COLOURS, strict=False)]
-    if len(shown) < len(ranked):
-        series.append(Series(f"{len(ranked) - len(shown)} others", OTHERS_COLOUR))
-    column = {name: index for index, name in enumerate(shown)}
-    months = _months_from(usage[0].month, usage[-1].month) if usage else []
-    grid = {month: [0.0] * len(series) for month in months}
-    for cell in usage:
-        grid[cell.month][column.get(cell.username or NO_USER, len(series) - 1)] += cell.gpu_hours
-    return series, [MonthRow(_month_label(m), grid[m], sum(grid[m])) for m in months]
-
-
-def usage_chart(usage: list[MonthlyUsage], *, max_series: int = len(SERIES_COLOURS)) -> UsageChart:
-    """The chart of one project's usage (rows in month order, as the selector gives them)."""
-    series, rows = _stack(usage, max_series)
-    ceiling = _nice_ceiling(max((row.total for row in rows), default=0))
-    scale = (PLOT_BOTTOM - PLOT_TOP) / ceiling
-    slot = (PLOT_RIGHT - PLOT_LEFT) / max(len(rows), 1)
-    bar_width = min(slot * 0.7, 56)
-    label_every = math.ceil(len(rows) / 12) or 1
-    bars, x_labels = [], []
-    for index, row in enumerate(rows):
-        x = PLOT_LEFT + index * slot + (slot - bar_width) / 2
-        stacked = 0.0
-        for one, used in zip(series, row.gpu_hours, strict=True):
-            if used <= 0:
-                continue
-            bars.append(
-                Bar(
-                    x=round(x, 1),
-                    y=round(PLOT_BOTTOM - (stacked + used) * scale, 1),
-                    width=round(bar_width, 1),
-                    height=round(used * scale, 1),
-                    colour=one.colour,
-                    title=f"{one.name}, {row.month}: {used:,.2f} GPU-h",
-                )
-            )
-            stacked += used
-        if index % label_every == 0:
-            x_labels.append(Tick(round(x + bar_width / 2, 1), row.month))
-    y_ticks = [
-        Tick(round(PLOT_BOTTOM - ceiling * step / 4 * scale, 1), f"{ceiling * step / 4:,g}")
-        for step in range(5)
-    ]
-    return UsageChart(
-        series=series,
-        rows=rows,
-        totals=[sum(row.gpu_hours[i] for row in rows) for i in range(len(series))],
-        bars=bars,
-        y_ticks=y_ticks,
-        x_labels=x_labels,
+class RevokeForm(forms.Form):
+    reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Kept in the ledger with your name, on each allocation revoked.",
+        error_messages={"required": "Say why the allocations are revoked; nothing was revoked."},
     )
 
 
-class _Echo:
-    """A file-like object for csv.writer that hands each line back instead of storing it."""
-
-    def write(self, value: str) -> str:
-        return value
-
-
-def _text(value: str | None) -> str:
-    # A cell starting with = + - @ is a formula to a spreadsheet: keep it text.
-    value = value or ""
-    return f"'{value}" if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
-
-
-def _csv_response(
-    filename: str, header: list[str], rows: Iterable[list[str]]
-) -> StreamingHttpResponse:
-    writer = csv.writer(_Echo())
-
-    def lines() -> Iterator[str]:
-        yield writer.writerow(header)
-        for row in rows:
-            yield writer.writerow(row)
-
-    response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
-    return response
-
-
-CHARGES_HEADER = [
-    "charged_at",
-    "user",
-    "cluster",
-    "partition",
-    "reference",
-    "gpu_hours",
-    "gpu_seconds",
-]
-MONTHLY_HEADER = ["project", "month", "user", "gpu_hours", "gpu_seconds"]
-
-
-def _charge_rows(charges: QuerySet[LedgerEntry]) -> Iterator[list[str]]:
-    # iterator(): a server-side cursor, so a project with a million charges streams.
-    for entry in charges.iterator(chunk_size=2000):
-        used = -entry.gpu_seconds
-        yield [
-            timezone.localtime(entry.created_at).isoformat(timespec="seconds"),
-            _text(entry.user.username if entry.user else ""),
-            _text(entry.allocation.cluster.name),
-            _text(entry.partition.name if entry.partition else ""),
-            _text(entry.reference),
-            f"{used / 3600:.4f}",
-            str(used),
-        ]
-
-
-def _monthly_rows(usage: Iterable[MonthlyUsage]) -> Iterator[list[str]]:
-    for cell in usage:
-        yield [
-            cell.project,
-            _month_label(cell.month),
-            _text(cell.username),
-            f"{cell.gpu_hours:.4f}",
-            str(cell.gpu_seconds),
-        ]
+def hours(seconds: int) -> str:
+    return f"{seconds / 3600:,.1f}"
 
 
 @admin.register(Project)
 class ProjectAdmin(admin.ModelAdmin):
     list_display = ["name", "slug", "slurm_account", "members", "available", "usage_link"]
     search_fields = ["name", "slug", "slurm_account"]
+    fields = ["name", "slug", "slurm_account", "description"]
     prepopulated_fields = {"slug": ["name"]}
     inlines = [MembershipInline, AllocationInline]
     actions = ["export_usage_csv"]
+
+    def get_readonly_fields(self, request, obj=None):
+        # Slurm's account, associations and limit carry the name: renaming it here
+        # would leave them behind under the old one.
+        return ["slurm_account"] if obj is not None else []
+
+    def save_model(self, request, obj, form, change):
+        data = form.cleaned_data
+        if change:
+            editable = ("name", "slug", "description")
+            project_update(
+                project=obj,
+                actor=request.user,
+                **{field: data[field] for field in form.changed_data if field in editable},
+            )
+            return
+        project = project_create(
+            slug=data["slug"],
+            name=data["name"],
+            slurm_account=data["slurm_account"],
+            description=data["description"],
+            actor=request.user,
+        )
+        # The admin goes on with its own instance (inlines, log, redirect): make it this one.
+        obj.pk, obj.created_at, obj._state.adding = project.pk, project.created_at, False
+
+    def save_formset(self, request, form, formset, change):
+        if formset.model is Membership:
+            self._save_memberships(request, form.instance, formset)
+        else:
+            formset.save()
+
+    def _save_memberships(self, request, project: Project, formset) -> None:
+        """Each deleted, changed and added row through the services, with the acting user.
+
+        The admin log's change message is built from the formset's new, changed
+        and deleted objects, so they are filled in as formset.save() would.
+        """
+        formset.new_objects, formset.changed_objects, formset.deleted_objects = [], [], []
+        # A form's instance already carries the edits: the old user is the database's.
+        saved = {m.pk: m for m in Membership.objects.filter(project=project).select_related("user")}
+        to_delete = formset.deleted_forms
+        rows = [
+            (form, saved[form.instance.pk])
+            for form in formset.initial_forms
+            if form.instance.pk in saved
+        ]
+        for form, old in rows:
+            if form in to_delete:
+                membership_remove(project=project, user=old.user, actor=request.user)
+                formset.deleted_objects.append(old)
+        for form, old in rows:
+            if form in to_delete or not form.has_changed():
+                continue
+            user, role = form.cleaned_data["user"], form.cleaned_data["role"]
+            if user != old.user:
+                membership_remove(project=project, user=old.user, actor=request.user)
+            membership = membership_set(project=project, user=user, role=role, actor=request.user)
+            formset.changed_objects.append((membership, form.changed_data))
+        for form in formset.extra_forms:
+            if form.has_changed() and form not in to_delete:
+                user, role = form.cleaned_data["user"], form.cleaned_data["role"]
+                membership = membership_set(
+                    project=project, user=user, role=role, actor=request.user
+                )
+                formset.new_objects.append(membership)
 
     def get_queryset(self, request):
         active = (
@@ -417,12 +290,12 @@ class ProjectAdmin(admin.ModelAdmin):
         """One row per charge of the project, oldest first."""
         project = self._viewable(request, project_id)
         charges = charges_of_projects(Project.objects.filter(pk=project.pk))
-        return _csv_response(f"{project.slug}-charges.csv", CHARGES_HEADER, _charge_rows(charges))
+        return csv_response(f"{project.slug}-charges.csv", CHARGES_HEADER, charge_rows(charges))
 
     def monthly_csv_view(self, request, project_id: int) -> StreamingHttpResponse:
         project = self._viewable(request, project_id)
         usage = usage_by_month_and_user(Project.objects.filter(pk=project.pk))
-        return _csv_response(f"{project.slug}-usage.csv", MONTHLY_HEADER, _monthly_rows(usage))
+        return csv_response(f"{project.slug}-usage.csv", MONTHLY_HEADER, monthly_rows(usage))
 
     @admin.action(
         description="Export usage as CSV (GPU-hours per month and user)", permissions=["view"]
@@ -430,7 +303,7 @@ class ProjectAdmin(admin.ModelAdmin):
     def export_usage_csv(self, request, queryset):
         filename = f"usage-{timezone.localdate():%Y-%m-%d}.csv"
         usage = usage_by_month_and_user(queryset)
-        return _csv_response(filename, MONTHLY_HEADER, _monthly_rows(usage))
+        return csv_response(filename, MONTHLY_HEADER, monthly_rows(usage))
 
 
 ALLOCATION_COLUMNS = (
@@ -455,6 +328,7 @@ class AllocationAdmin(admin.ModelAdmin):
     raw_id_fields = ["project"]
     # Totals are the ledger's; nothing here edits them directly.
     readonly_fields = ALLOCATION_COLUMNS
+    actions = ["revoke"]
 
     @admin.display(description="granted GPU-h")
     def granted(self, allocation: Allocation) -> str:
@@ -560,6 +434,47 @@ class AllocationAdmin(admin.ModelAdmin):
             "opts": self.model._meta,
         }
         return render(request, "admin/accounts/allocation/adjust.html", context)
+
+    @admin.action(
+        description="Revoke the selected allocations (their unused GPU-hours lapse)",
+        permissions=["change"],
+    )
+    def revoke(self, request, queryset):
+        """Asks for the reason on a page of its own first, as deleting does."""
+        form = RevokeForm(request.POST if "post" in request.POST else None)
+        if form.is_valid():
+            reason = form.cleaned_data["reason"]
+            for allocation in queryset:
+                try:
+                    entry = allocation_revoke(
+                        allocation=allocation, actor=request.user, reason=reason
+                    )
+                except ValueError as exc:
+                    self.message_user(request, f"{allocation}: {exc}", messages.ERROR)
+                    continue
+                if entry is None:
+                    self.message_user(request, f"{allocation}: already revoked.", messages.WARNING)
+                    continue
+                lapsed = hours(-entry.gpu_seconds)
+                self.log_change(request, allocation, f"Revoked ({lapsed} GPU-h lapsed): {reason}")
+                self.message_user(request, f"{allocation}: revoked; {lapsed} GPU-h lapsed.")
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Revoke allocations",
+            "rows": [
+                (
+                    allocation,
+                    hours(max(allocation.available_gpu_seconds, 0)),
+                    hours(allocation.held_gpu_seconds),
+                )
+                for allocation in queryset.select_related("project", "cluster")
+            ],
+            "form": form,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "admin/accounts/allocation/revoke.html", context)
 
 
 @admin.register(LedgerEntry)

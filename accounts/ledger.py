@@ -270,6 +270,31 @@ def allocation_expire(*, allocation: Allocation) -> LedgerEntry | None:
         return entry
 
 
+def allocation_revoke(*, allocation: Allocation, actor: User, reason: str) -> LedgerEntry | None:
+    """Withdraw an allocation before its end: it pays for no new work and what it has
+    left lapses now, recorded as an expiry with the actor and the reason (an entry
+    even when nothing is left, so the revocation is in the books). Hours held by
+    running jobs stay held; those jobs are charged as usual. A repeat is a no-op."""
+    if not reason.strip():
+        raise ValueError("Say why the allocation is revoked: the reason is kept in the ledger.")
+    with transaction.atomic():
+        locked = _locked(allocation.pk)
+        if locked.state == Allocation.State.REVOKED:
+            return None
+        if locked.state == Allocation.State.EXPIRED:
+            raise ValueError("This allocation has already expired; its unused hours lapsed.")
+        entry = _append(
+            allocation=locked,
+            kind=LedgerEntry.Kind.EXPIRE,
+            gpu_seconds=-max(locked.available_gpu_seconds, 0),
+            reference=f"revoke:{locked.pk}",
+            actor=actor,
+            reason=f"revoked: {reason.strip()}",
+        )
+        Allocation.objects.filter(pk=locked.pk).update(state=Allocation.State.REVOKED)
+        return entry
+
+
 def allocations_expire_due(*, today: dt.date | None = None) -> list[Allocation]:
     """Expire every active allocation whose period has ended; return them."""
     day = today or timezone.localdate()

@@ -1,10 +1,16 @@
 """Every write to clusters and partitions."""
 
+import logging
+from decimal import Decimal
+
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
 from clusters.models import Cluster, Partition
 from clusters.slurm import client_for
+
+logger = logging.getLogger(__name__)
 
 
 def cluster_register(*, name: str, backend: str = Cluster.Backend.CLI) -> Cluster:
@@ -44,3 +50,38 @@ def partitions_sync(*, cluster: Cluster) -> list[Partition]:
             is_up=False, synced_at=now
         )
     return synced
+
+
+def partition_set_billing_weight(
+    *, partition: Partition, weight: Decimal, actor: AbstractBaseUser, reason: str
+) -> Partition:
+    """Set the GPU-hours charged per GPU per hour on the partition; a reason is required.
+
+    It prices portal jobs created from now on (a job keeps the weight it was
+    created with); work from outside the portal is charged at the weight in
+    force when its accounting is ingested.
+    """
+    if not reason.strip():
+        raise ValueError("Say why the billing weight changes: it changes what jobs cost.")
+    with transaction.atomic():
+        locked = (
+            Partition.objects.select_for_update(of=("self",))
+            .select_related("cluster")
+            .get(pk=partition.pk)
+        )
+        was = locked.billing_weight
+        field = Partition._meta.get_field("billing_weight")
+        # Validated to at most three places first, so the quantize is exact.
+        locked.billing_weight = field.clean(weight, locked).quantize(Decimal("0.001"))
+        if locked.billing_weight != was:
+            locked.save(update_fields=["billing_weight"])
+    if locked.billing_weight != was:
+        logger.info(
+            "partition %s: billing weight %s -> %s by %s: %s",
+            locked,
+            was,
+            locked.billing_weight,
+            actor.get_username(),
+            reason.strip(),
+        )
+    return locked

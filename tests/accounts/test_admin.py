@@ -1,17 +1,59 @@
 """The allocation managers' console: every write goes through the bank's services."""
 
 import datetime as dt
+import logging
 
 import pytest
+from django import forms
+from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
+from django.contrib.auth.models import Permission
 
 from accounts.groups import ALLOCATION_MANAGERS
-from accounts.ledger import allocation_grant
-from accounts.models import Allocation, AllocationRequest, LedgerEntry
+from accounts.ledger import allocation_adjust, allocation_grant, allocation_revoke, ledger_hold
+from accounts.models import Allocation, AllocationRequest, LedgerEntry, Project
 from accounts.requests import allocation_request_create
 from accounts.services import membership_set, project_create, user_create
 from clusters.services import cluster_register
 
 TODAY = dt.date.today()
+
+
+def staff_with(username: str, *codenames: str):
+    """A staff user outside the allocation managers' group, with just these permissions."""
+    user = user_create(username=username, password=f"{username}-pass-1234", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
+    return user
+
+
+def form_data(response) -> dict:
+    """What a browser posts back from an admin change form left as it is: the main
+    form's and every inline's values, with the inlines' management forms."""
+    page_forms = [response.context["adminform"].form]
+    data: dict = {}
+    for inline in response.context["inline_admin_formsets"]:
+        management = inline.formset.management_form
+        data |= {
+            management.add_prefix(name): management[name].value() for name in management.fields
+        }
+        page_forms += inline.formset.forms
+    for form in page_forms:
+        for name, field in form.fields.items():
+            key, value = form.add_prefix(name), form[name].value()
+            if field.disabled:
+                continue
+            if isinstance(field.widget, forms.CheckboxInput):
+                if value:
+                    data[key] = "on"
+            elif isinstance(field.widget, forms.MultiWidget):
+                for index, part in enumerate(field.widget.decompress(value)):
+                    data[f"{key}_{index}"] = "" if part is None else str(part)
+            else:
+                data[key] = "" if value is None else value
+    return data
+
+
+def log_of(obj) -> LogEntry:
+    return LogEntry.objects.get(object_id=str(obj.pk), content_type__model=obj._meta.model_name)
 
 
 @pytest.fixture
@@ -161,3 +203,207 @@ def test_the_drift_report_lists_what_the_reconciler_would_change(client, manny, 
 def test_a_researcher_cannot_see_the_drift_report(client, alice):
     client.force_login(alice)
     assert client.get("/admin/accounts/allocation/slurm-drift/").status_code == 302
+
+
+def test_adding_a_project_creates_it_and_its_members_through_the_services(
+    client, manny, alice, caplog
+):
+    client.force_login(manny)
+    data = form_data(client.get("/admin/accounts/project/add/"))
+    data |= {"name": "Robotics", "slug": "robotics", "slurm_account": "robotics"}
+    data |= {"memberships-TOTAL_FORMS": "1", "memberships-0-user": alice.pk}
+    data |= {"memberships-0-role": "pi", "memberships-0-id": "", "memberships-0-project": ""}
+    with caplog.at_level(logging.INFO, logger="accounts.services"):
+        response = client.post("/admin/accounts/project/add/", data)
+    assert response.status_code == 302, response.context["errors"]
+    project = Project.objects.get(slug="robotics")
+    assert project.slurm_account == "robotics"
+    assert list(project.memberships.values_list("user__username", "role")) == [("alice", "pi")]
+    entry = log_of(project)
+    assert (entry.action_flag, entry.user) == (ADDITION, manny)
+    assert "Added membership “alice in Robotics (PI)”." in entry.get_change_message()
+    assert "project robotics created with Slurm account robotics by manny" in caplog.messages
+    assert "project robotics: alice added as pi by manny" in caplog.messages
+
+
+def test_a_projects_slurm_account_cannot_be_changed_in_the_console(client, manny, vision, caplog):
+    client.force_login(manny)
+    url = f"/admin/accounts/project/{vision.pk}/change/"
+    response = client.get(url)
+    assert b'name="slurm_account"' not in response.content
+    assert b"vision" in response.content  # shown, read-only
+    data = form_data(response) | {"name": "Vision Group", "slurm_account": "renamed"}
+    with caplog.at_level(logging.INFO, logger="accounts.services"):
+        assert client.post(url, data).status_code == 302
+    vision.refresh_from_db()
+    assert (vision.name, vision.slurm_account) == ("Vision Group", "vision")
+    entry = log_of(vision)
+    assert (entry.action_flag, entry.user, entry.get_change_message()) == (
+        CHANGE,
+        manny,
+        "Changed Name.",
+    )
+    assert "project vision: name changed by manny" in caplog.messages
+
+
+def test_memberships_change_through_the_services_and_the_log_says_how(
+    client, manny, vision, alice, bob, charlie, caplog
+):
+    membership_set(project=vision, user=alice, role="pi")
+    membership_set(project=vision, user=bob, role="member")
+    client.force_login(manny)
+    url = f"/admin/accounts/project/{vision.pk}/change/"
+    data = form_data(client.get(url))
+    row = {data[f"memberships-{i}-user"]: i for i in range(2)}
+    data |= {
+        f"memberships-{row[alice.pk]}-DELETE": "on",
+        f"memberships-{row[bob.pk]}-role": "co_pi",
+    }
+    data |= {"memberships-TOTAL_FORMS": "3", "memberships-2-user": charlie.pk}
+    data |= {"memberships-2-role": "member", "memberships-2-id": "", "memberships-2-project": ""}
+    with caplog.at_level(logging.INFO, logger="accounts.services"):
+        response = client.post(url, data)
+    assert response.status_code == 302, response.context["errors"]
+    assert dict(vision.memberships.values_list("user__username", "role")) == {
+        "bob": "co_pi",
+        "charlie": "member",
+    }
+    message = log_of(vision).get_change_message()
+    assert "Added membership “charlie in Vision Lab (Member)”." in message
+    assert "Changed Role for membership “bob in Vision Lab (Co-PI)”." in message
+    assert "Deleted membership “alice in Vision Lab (PI)”." in message
+    assert log_of(vision).user == manny
+    assert {
+        "project vision: alice removed by manny",
+        "project vision: bob changed from member to co_pi by manny",
+        "project vision: charlie added as member by manny",
+    } <= set(caplog.messages)
+
+
+def test_moving_a_membership_to_another_user_removes_the_first(client, manny, vision, alice, bob):
+    membership_set(project=vision, user=alice, role="pi")
+    client.force_login(manny)
+    url = f"/admin/accounts/project/{vision.pk}/change/"
+    data = form_data(client.get(url)) | {"memberships-0-user": bob.pk}
+    assert client.post(url, data).status_code == 302
+    assert list(vision.memberships.values_list("user__username", "role")) == [("bob", "pi")]
+
+
+def test_staff_without_the_membership_permissions_cannot_change_members(client, vision, alice):
+    membership_set(project=vision, user=alice, role="pi")
+    sam = staff_with("sam", "view_project", "change_project", "view_membership")
+    client.force_login(sam)
+    url = f"/admin/accounts/project/{vision.pk}/change/"
+    data = form_data(client.get(url)) | {"memberships-0-role": "member"}
+    data |= {"memberships-0-DELETE": "on"}
+    assert client.post(url, data).status_code == 302
+    assert list(vision.memberships.values_list("user__username", "role")) == [("alice", "pi")]
+
+
+def test_staff_who_may_only_view_projects_cannot_change_one(client, vision):
+    sam = staff_with("sam", "view_project")
+    client.force_login(sam)
+    url = f"/admin/accounts/project/{vision.pk}/change/"
+    data = form_data(client.get(url)) | {"name": "Taken over"}
+    assert client.post(url, data).status_code == 403
+    vision.refresh_from_db()
+    assert vision.name == "Vision Lab"
+    assert not LogEntry.objects.exists()
+
+
+def revoke(client, allocation, **extra):
+    return client.post(
+        "/admin/accounts/allocation/",
+        {"action": "revoke", "_selected_action": [allocation.pk], **extra},
+        follow=True,
+    )
+
+
+def test_revoking_asks_for_the_reason_first(client, manny, allocation):
+    client.force_login(manny)
+    response = revoke(client, allocation)
+    assert response.status_code == 200
+    assert response.templates[0].name == "admin/accounts/allocation/revoke.html"
+    assert b'name="reason"' in response.content
+    assert str(allocation).encode() in response.content
+    allocation.refresh_from_db()
+    assert allocation.state == Allocation.State.ACTIVE
+    assert not LedgerEntry.objects.filter(kind="expire").exists()
+
+
+def test_revoking_lapses_what_is_left_and_records_who_and_why(client, manny, allocation):
+    ledger_hold(allocation=allocation, reference="token-1", gpu_seconds=10 * 3600)
+    client.force_login(manny)
+    response = revoke(client, allocation, post="yes", reason="Project ended early")
+    assert b"revoked; 90.0 GPU-h lapsed." in response.content
+    allocation.refresh_from_db()
+    assert allocation.state == Allocation.State.REVOKED
+    assert (allocation.available_gpu_seconds, allocation.held_gpu_seconds) == (0, 10 * 3600)
+    entry = LedgerEntry.objects.get(kind="expire")
+    assert (entry.gpu_seconds, entry.actor, entry.reason, entry.reference) == (
+        -90 * 3600,
+        manny,
+        "revoked: Project ended early",
+        f"revoke:{allocation.pk}",
+    )
+    log = log_of(allocation)
+    assert (log.action_flag, log.user) == (CHANGE, manny)
+    assert log.change_message == "Revoked (90.0 GPU-h lapsed): Project ended early"
+    # A repeat changes nothing more.
+    response = revoke(client, allocation, post="yes", reason="again")
+    assert b"already revoked" in response.content
+    assert LedgerEntry.objects.filter(kind="expire").count() == 1
+    assert LogEntry.objects.count() == 1
+
+
+def test_revoking_an_allocation_with_nothing_left_still_records_why(manny, allocation):
+    allocation_adjust(allocation=allocation, gpu_seconds=-100 * 3600, actor=manny, reason="all")
+    entry = allocation_revoke(allocation=allocation, actor=manny, reason="closed")
+    assert entry is not None
+    assert (entry.gpu_seconds, entry.actor, entry.reason) == (0, manny, "revoked: closed")
+
+
+def test_revoking_without_a_reason_is_refused_and_changes_nothing(client, manny, allocation):
+    client.force_login(manny)
+    response = revoke(client, allocation, post="yes", reason="  ")
+    assert response.status_code == 200
+    assert b"Say why the allocations are revoked; nothing was revoked." in response.content
+    allocation.refresh_from_db()
+    assert allocation.state == Allocation.State.ACTIVE
+    assert allocation.available_gpu_seconds == 100 * 3600
+    assert not LedgerEntry.objects.filter(kind="expire").exists()
+    assert not LogEntry.objects.exists()
+
+
+def test_staff_who_may_only_view_allocations_cannot_revoke(client, allocation):
+    sam = staff_with("sam", "view_allocation")
+    client.force_login(sam)
+    assert b'value="revoke"' not in client.get("/admin/accounts/allocation/").content
+    revoke(client, allocation, post="yes", reason="not mine to revoke")
+    allocation.refresh_from_db()
+    assert allocation.state == Allocation.State.ACTIVE
+    assert not LedgerEntry.objects.filter(kind="expire").exists()
+
+
+def test_an_allocation_manager_sees_posix_usernames_but_cannot_change_them(client, manny, alice):
+    client.force_login(manny)  # the group may view users, not change them
+    url = f"/admin/accounts/user/{alice.pk}/change/"
+    response = client.get(url)
+    assert response.status_code == 200
+    assert b'name="posix_username"' not in response.content
+    assert client.post(url, {"posix_username": "root"}).status_code == 403
+    alice.refresh_from_db()
+    assert alice.posix_username == "alice"
+
+
+def test_staff_with_the_change_user_permission_set_posix_usernames(client, alice):
+    admin = staff_with("ada", "view_user", "change_user")
+    client.force_login(admin)
+    url = f"/admin/accounts/user/{alice.pk}/change/"
+    response = client.get(url)
+    assert b'name="posix_username"' in response.content
+    response = client.post(url, form_data(response) | {"posix_username": "alice2"})
+    assert response.status_code == 302, response.context["errors"]
+    alice.refresh_from_db()
+    assert alice.posix_username == "alice2"
+    assert log_of(alice).user == admin

@@ -1,0 +1,99 @@
+"""Partitions in the console: Slurm's fields read-only, the billing weight through a
+service with a reason that the admin log keeps."""
+
+import logging
+from decimal import Decimal
+
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.contrib.auth.models import Permission
+
+from accounts.groups import ALLOCATION_MANAGERS
+from accounts.services import user_create
+from clusters.models import Partition
+from clusters.services import cluster_register
+
+
+@pytest.fixture
+def manny(db):
+    return user_create(
+        username="manny", password="pw-manny-1234", is_staff=True, groups=(ALLOCATION_MANAGERS,)
+    )
+
+
+@pytest.fixture
+def partition(db):
+    cluster = cluster_register(name="portal-dev")
+    return Partition.objects.create(cluster=cluster, name="gpu", gpus_per_node=8, total_gpus=8)
+
+
+def url_of(partition):
+    return f"/admin/clusters/partition/{partition.pk}/change/"
+
+
+def test_the_billing_weight_changes_through_the_service_and_the_log_says_why(
+    client, manny, partition, caplog
+):
+    client.force_login(manny)
+    with caplog.at_level(logging.INFO, logger="clusters.services"):
+        response = client.post(
+            url_of(partition), {"billing_weight": "2.5", "reason": " A100s cost more "}
+        )
+    assert response.status_code == 302
+    partition.refresh_from_db()
+    assert partition.billing_weight == Decimal("2.500")
+    entry = LogEntry.objects.get(object_id=str(partition.pk))
+    assert (entry.user, entry.get_change_message()) == (
+        manny,
+        "Billing weight 1.000 → 2.500: A100s cost more",
+    )
+    assert caplog.messages == [
+        "partition portal-dev/gpu: billing weight 1.000 -> 2.500 by manny: A100s cost more"
+    ]
+
+
+def test_a_new_billing_weight_without_a_reason_is_refused(client, manny, partition):
+    client.force_login(manny)
+    response = client.post(url_of(partition), {"billing_weight": "2.5", "reason": "  "})
+    assert response.status_code == 200
+    assert b"Say why the billing weight changes" in response.content
+    partition.refresh_from_db()
+    assert partition.billing_weight == Decimal("1.000")
+    assert not LogEntry.objects.exists()
+
+
+def test_slurms_fields_are_read_only(client, manny, partition):
+    client.force_login(manny)
+    page = client.get(url_of(partition)).content
+    assert b'name="billing_weight"' in page and b'name="reason"' in page
+    for field in [b"name", b"is_up", b"gpus_per_node", b"max_time_minutes", b"cluster"]:
+        assert b'name="' + field + b'"' not in page
+    data = {"billing_weight": "1.000", "name": "hacked", "is_up": "", "gpus_per_node": "99"}
+    assert client.post(url_of(partition), data).status_code == 302
+    partition.refresh_from_db()
+    assert (partition.name, partition.is_up, partition.gpus_per_node) == ("gpu", True, 8)
+
+
+def test_partitions_are_not_added_in_the_console(client, manny, partition):
+    client.force_login(manny)
+    assert client.get("/admin/clusters/partition/add/").status_code == 403
+
+
+def test_staff_who_may_only_view_partitions_cannot_change_the_weight(client, partition):
+    sam = user_create(username="sam", password="pw-sam-12345", is_staff=True)
+    sam.user_permissions.set(Permission.objects.filter(codename="view_partition"))
+    client.force_login(sam)
+    response = client.post(url_of(partition), {"billing_weight": "9", "reason": "mine now"})
+    assert response.status_code == 403
+    partition.refresh_from_db()
+    assert partition.billing_weight == Decimal("1.000")
+
+
+def test_the_cluster_page_shows_the_weights_without_editing_them(client, partition):
+    root = user_create(username="root", password="pw-root-12345", is_staff=True)
+    root.is_superuser = True
+    root.save()
+    client.force_login(root)
+    page = client.get(f"/admin/clusters/cluster/{partition.cluster_id}/change/").content
+    assert b'name="partitions-0-billing_weight"' not in page
+    assert url_of(partition).encode() in page  # the way to change it, with a reason
