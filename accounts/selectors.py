@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from django.db.models import Prefetch, Q, QuerySet, Sum
-from django.db.models.functions import Coalesce, TruncMonth
+from django.db.models.functions import Coalesce, TruncDate, TruncMonth
 
 from accounts.models import Allocation, LedgerEntry, Membership, Project, User
 from clusters.models import Cluster
@@ -176,3 +176,15 @@ def charges_of_projects(projects: QuerySet[Project]) -> QuerySet[LedgerEntry]:
         .select_related("allocation__project", "allocation__cluster", "user", "partition")
         .order_by("created_at", "id")
     )
+
+
+def allocation_daily_usage(allocation: Allocation) -> dict[dt.date, int]:
+    """GPU-seconds charged to the allocation per day (days with none left out)."""
+    rows = (
+        LedgerEntry.objects.filter(allocation=allocation, kind=LedgerEntry.Kind.CHARGE)
+        .annotate(day=TruncDate("created_at"))
+        .values("day")
+        .annotate(used=Sum("gpu_seconds"))
+        .order_by("day")
+    )
+    return {row["day"]: -row["used"] for row in rows}

@@ -16,10 +16,11 @@ from kombu.exceptions import OperationalError
 
 from accounts import ledger
 from accounts.errors import NoActiveAllocation, NotAllowed, QuotaExceeded
-from accounts.models import User
+from accounts.models import Project, User
+from accounts.requests import is_allocation_manager
 from clusters.slurm import SlurmError, client_for
 from jobs.errors import JobInvalid
-from jobs.models import Job, JobEvent
+from jobs.models import Job, JobEvent, JobTemplate
 from jobs.requests import JobRequest, PreparedJob, job_prepare
 from jobs.states import TERMINAL_STATES, JobState
 from jobs.submission import submit_request_for
@@ -205,6 +206,57 @@ def job_release(*, user: User, job: Job) -> Job:
         return _action(user=user, job=job, action="release")
 
 
+TEMPLATE_DEFAULT_FIELDS = (
+    "partition", "name", "nodes", "gpus_per_node", "cpus_per_gpu", "mem_per_gpu_gb",
+    "time_limit_minutes", "working_directory", "output_path", "error_path", "environment",
+    "array",
+)  # fmt: skip
+
+
+def job_template_create(
+    *,
+    user: User,
+    name: str,
+    script: str,
+    defaults: dict,
+    scope: str = JobTemplate.Scope.USER,
+    project: Project | None = None,
+    description: str = "",
+) -> JobTemplate:
+    """Save a job form as a template: the user's own, shared with a project they lead
+    (PI or co-PI), or global (allocation managers only)."""
+    if not name.strip():
+        raise JobInvalid.one("name", "Give the template a name.")
+    if not script.strip():
+        raise JobInvalid.one("script", "A template needs a script.")
+    unknown = sorted(set(defaults) - set(TEMPLATE_DEFAULT_FIELDS))
+    if unknown:
+        raise JobInvalid.one("defaults", f"Templates cannot set {', '.join(unknown)}.")
+    owner: User | None = user
+    if scope == JobTemplate.Scope.PROJECT:
+        if project is None:
+            raise JobInvalid.one("project", "Choose the project to share the template with.")
+        if not project.memberships.filter(user=user, role__in=["pi", "co_pi"]).exists():
+            raise NotAllowed("Only the project's PI and co-PIs can share templates with it.")
+    elif scope == JobTemplate.Scope.GLOBAL:
+        if not is_allocation_manager(user):
+            raise NotAllowed("Only allocation managers can publish templates for everyone.")
+        owner, project = None, None
+    elif scope == JobTemplate.Scope.USER:
+        project = None
+    else:
+        raise JobInvalid.one("scope", "Choose user, project or global.")
+    return JobTemplate.objects.create(
+        name=name.strip()[:100],
+        description=description,
+        scope=scope,
+        owner=owner,
+        project=project,
+        defaults=defaults,
+        script=script,
+    )
+
+
 __all__ = [
     "Estimate",
     "JobRequest",
@@ -214,4 +266,5 @@ __all__ = [
     "job_estimate",
     "job_hold",
     "job_release",
+    "job_template_create",
 ]

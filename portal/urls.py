@@ -9,6 +9,8 @@ admin.site.site_title = "Slurm GPU Portal admin"
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("jobs/", include("jobs.urls")),
+    path("projects/<slug:slug>/", views.project_detail, name="project"),
     path("healthz", views.healthz, name="healthz"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -1,14 +1,44 @@
+"""The portal's own pages: the dashboard, a project's page, and the health check."""
+
+from dataclasses import dataclass
 from typing import cast
 
+from django import forms
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from accounts.models import User
-from accounts.selectors import memberships_of_user
+from accounts.errors import NotAllowed
+from accounts.models import Allocation, Membership, Project, User
+from accounts.requests import allocation_request_create
+from accounts.selectors import (
+    Balance,
+    allocation_balance,
+    allocation_daily_usage,
+    memberships_of_user,
+    project_balance,
+    project_usage,
+    project_usage_by_month_and_user,
+)
+from accounts.usage import usage_chart
+from clusters.models import Cluster
+from jobs.selectors import jobs_visible_to
+from jobs.states import TERMINAL_STATES
+from portal.charts import BurnDown, burn_down
 from portal.health import health_report
+
+RECENT_JOBS = 10
+
+
+def _user(request: HttpRequest) -> User:
+    return cast(User, request.user)  # login_required: never anonymous here
 
 
 @require_GET
@@ -21,7 +51,131 @@ def healthz(request: HttpRequest) -> JsonResponse:
     )
 
 
+@dataclass(frozen=True)
+class AllocationView:
+    allocation: Allocation
+    balance: Balance
+    chart: BurnDown
+
+
+def _allocation_views(allocations) -> list[AllocationView]:
+    today = timezone.localdate()
+    views = []
+    for allocation in allocations:
+        balance = allocation_balance(allocation)
+        views.append(
+            AllocationView(
+                allocation=allocation,
+                balance=balance,
+                chart=burn_down(
+                    granted_gpu_seconds=balance.granted_gpu_seconds,
+                    available_gpu_seconds=balance.available_gpu_seconds,
+                    daily_used_gpu_seconds=allocation_daily_usage(allocation),
+                    starts_on=allocation.starts_on,
+                    ends_on=allocation.ends_on,
+                    today=today,
+                ),
+            )
+        )
+    return views
+
+
 @login_required
+@require_GET
 def home(request: HttpRequest) -> HttpResponse:
-    user = cast(User, request.user)  # login_required: never anonymous here
-    return render(request, "portal/home.html", {"memberships": memberships_of_user(user)})
+    """The dashboard: each project's balance and burn-down, my queued and recent jobs."""
+    user = _user(request)
+    memberships = list(memberships_of_user(user))
+    projects = [
+        {
+            "membership": membership,
+            "project": membership.project,
+            "allocations": _allocation_views(
+                a
+                for a in membership.project.allocations.all()
+                if a.state == Allocation.State.ACTIVE
+            ),
+        }
+        for membership in memberships
+    ]
+    mine = jobs_visible_to(user).filter(owner=user)
+    context = {
+        "projects": projects,
+        "active_jobs": list(mine.exclude(state__in=TERMINAL_STATES)[:50]),
+        "recent_jobs": list(mine.filter(state__in=TERMINAL_STATES)[:RECENT_JOBS]),
+    }
+    return render(request, "portal/home.html", context)
+
+
+class AllocationRequestForm(forms.Form):
+    cluster = forms.ModelChoiceField(
+        label=gettext_lazy("Cluster"), queryset=Cluster.objects.filter(is_enabled=True)
+    )
+    gpu_hours = forms.IntegerField(label=gettext_lazy("GPU-hours"), min_value=1)
+    starts_on = forms.DateField(
+        label=gettext_lazy("From"), widget=forms.DateInput(attrs={"type": "date"})
+    )
+    ends_on = forms.DateField(
+        label=gettext_lazy("Until"), widget=forms.DateInput(attrs={"type": "date"})
+    )
+    justification = forms.CharField(
+        label=gettext_lazy("Why the project needs them"),
+        widget=forms.Textarea(attrs={"rows": 3}),
+    )
+
+
+@login_required
+def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
+    """A project: balance for every member; members, usage and all jobs for PI and co-PIs."""
+    user = _user(request)
+    membership = (
+        Membership.objects.filter(user=user, project__slug=slug).select_related("project").first()
+    )
+    if membership is None:
+        raise Http404("No such project")
+    project: Project = membership.project
+    leads = membership.role in (Membership.Role.PI, Membership.Role.CO_PI)
+    form = AllocationRequestForm(request.POST or None) if leads else None
+    if request.method == "POST":
+        if form is None:
+            raise Http404("No such form")
+        if form.is_valid():
+            try:
+                allocation_request_create(project=project, requested_by=user, **form.cleaned_data)
+            except (NotAllowed, ValueError) as error:
+                form.add_error(None, str(error))
+            except ValidationError as error:
+                errors = (
+                    error.message_dict if hasattr(error, "error_dict") else {None: error.messages}
+                )
+                for field, field_messages in errors.items():
+                    form.add_error(field if field in form.fields else None, field_messages)
+            else:
+                messages.success(request, _("Your request was sent to the allocation managers."))
+                return redirect("project", slug=project.slug)
+    jobs = jobs_visible_to(user).filter(project=project)
+    if not leads:
+        jobs = jobs.filter(owner=user)
+    allocations = list(project.allocations.select_related("cluster").order_by("-starts_on"))
+    context = {
+        "project": project,
+        "membership": membership,
+        "leads": leads,
+        "balance": project_balance(project),
+        "allocations": _allocation_views(
+            a for a in allocations if a.state == Allocation.State.ACTIVE
+        ),
+        "past_allocations": [a for a in allocations if a.state != Allocation.State.ACTIVE],
+        "jobs": list(jobs[:25]),
+        "form": form,
+    }
+    if leads:
+        context["members"] = list(
+            project.memberships.select_related("user").order_by("role", "user__username")
+        )
+        context["usage_by_user"] = project_usage(project, group_by="user")
+        context["chart"] = usage_chart(project_usage_by_month_and_user(project))
+        context["requests"] = list(project.requests.order_by("-created_at")[:10])
+    return render(
+        request, "portal/project.html", context, status=400 if form and form.errors else 200
+    )

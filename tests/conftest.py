@@ -1,6 +1,9 @@
 """Fixtures shared by every test: the live dev stack, personas, a real Celery worker."""
 
+import datetime as dt
 import os
+import pwd
+import shutil
 import subprocess
 import sys
 import time
@@ -117,3 +120,57 @@ def celery_worker(django_db_setup):
     """One worker for the whole session; yields (queue, hostname)."""
     with running_worker() as (queue, hostname, _):
         yield queue, hostname
+
+
+TODAY = dt.date.today()
+
+
+@pytest.fixture
+def make_project(dev_cluster):
+    """make_project(members={user: role}, gpu_hours=…, in_slurm=True): a project with an
+    active allocation on the dev cluster; with ``in_slurm`` the reconciler has given
+    its account, associations and limit to Slurm. The Slurm account is unique per test."""
+    from accounts.ledger import allocation_grant
+    from accounts.reconcile import reconcile
+    from accounts.services import membership_set, project_create
+
+    accounts = []
+
+    def make(*, members, gpu_hours=100, in_slurm=True):
+        account = f"j{uuid.uuid4().hex[:10]}"
+        accounts.append(account)
+        project = project_create(slug=account, name=f"Jobs {account}", slurm_account=account)
+        for user, role in members.items():
+            membership_set(project=project, user=user, role=role)
+        allocation_grant(
+            project=project,
+            cluster=dev_cluster,
+            gpu_hours=gpu_hours,
+            starts_on=TODAY - dt.timedelta(days=1),
+            ends_on=TODAY + dt.timedelta(days=30),
+            actor=None,
+            reason="test",
+        )
+        if in_slurm:
+            report = reconcile(cluster=dev_cluster)
+            assert not report.errors, report.errors
+        return project
+
+    yield make
+    for account in accounts:
+        subprocess.run(["scancel", f"--account={account}"], capture_output=True, check=False)
+        subprocess.run(
+            ["sacctmgr", "-i", "delete", "account", account], capture_output=True, check=False
+        )
+
+
+@pytest.fixture
+def workdir(alice):
+    """A fresh directory in alice's home, owned by her; removed afterwards."""
+    entry = pwd.getpwnam("alice")
+    path = Path(entry.pw_dir) / "portal-tests" / uuid.uuid4().hex[:8]
+    path.mkdir(parents=True)
+    for part in (path.parent, path):
+        os.chown(part, entry.pw_uid, entry.pw_gid)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

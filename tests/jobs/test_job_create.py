@@ -12,7 +12,7 @@ from jobs.models import Job, JobTemplate
 from jobs.requests import JobRequest
 from jobs.services import job_create, job_estimate
 from jobs.states import JobState
-from tests.jobs.conftest import request_for
+from tests.factories import request_for
 
 pytestmark = pytest.mark.slurm
 

@@ -19,7 +19,7 @@ from jobs.submission import (
     submit_request,
 )
 from jobs.sync import queue_sync
-from tests.jobs.conftest import request_for, wait_for
+from tests.factories import request_for, wait_for
 
 pytestmark = pytest.mark.slurm
 

@@ -12,7 +12,7 @@ from accounts.selectors import project_balance
 from clusters.slurm import client_for
 from jobs.sync import accounting_sync
 from tests.conftest import DEV_CLUSTER
-from tests.jobs.conftest import wait_for
+from tests.factories import wait_for
 
 pytestmark = pytest.mark.slurm
 

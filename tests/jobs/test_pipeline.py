@@ -10,7 +10,7 @@ from jobs.services import job_create
 from jobs.states import TERMINAL_STATES, JobState
 from jobs.sync import accounting_sync, queue_sync
 from tests.conftest import DEV_CLUSTER
-from tests.jobs.conftest import request_for, wait_for
+from tests.factories import request_for, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
 

@@ -14,7 +14,7 @@ from jobs.services import job_create
 from jobs.states import JobState
 from jobs.tasks import submissions_sweep_task
 from tests.conftest import REPO, running_worker
-from tests.jobs.conftest import request_for, wait_for
+from tests.factories import request_for, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
 

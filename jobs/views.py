@@ -1,0 +1,267 @@
+"""The researcher's job pages: list, composer with a live preview, job page, actions.
+
+Views are thin: they parse a form, call a service or a selector and render.
+Partials (``*_partial``) answer htmx requests for the parts that refresh live.
+"""
+
+from typing import cast
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db.models import Q
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_GET, require_POST
+
+from accounts.errors import NotAllowed, QuotaExceeded
+from accounts.models import Project, User
+from accounts.selectors import project_balance
+from clusters.models import Partition
+from jobs import selectors, services
+from jobs.errors import JobInvalid, OutputUnavailable
+from jobs.forms import JobForm, SaveTemplateForm, initial_from_job, initial_from_template
+from jobs.models import Job, JobTemplate
+from jobs.states import TERMINAL_STATES, JobState
+
+PAGE_SIZE = 25
+OUTPUT_TAIL_LINES = 200
+
+
+def _user(request: HttpRequest) -> User:
+    return cast(User, request.user)  # every view here is login_required
+
+
+def _job(request: HttpRequest, job_id: int) -> Job:
+    try:
+        return selectors.job_detail(_user(request), job_id)
+    except Job.DoesNotExist:
+        raise Http404("No such job") from None
+
+
+# --- the list -------------------------------------------------------------------
+
+
+def _filtered_jobs(request: HttpRequest):
+    user = _user(request)
+    jobs = selectors.jobs_visible_to(user)
+    state = request.GET.get("state", "")
+    project = request.GET.get("project", "")
+    text = request.GET.get("q", "").strip()
+    if state == "active":
+        jobs = jobs.exclude(state__in=TERMINAL_STATES)
+    elif state in JobState.values:
+        jobs = jobs.filter(state=state)
+    # My own jobs, unless a project is chosen: then a PI sees all of its jobs.
+    jobs = jobs.filter(project__slug=project) if project else jobs.filter(owner=user)
+    if text:
+        query = Q(name__icontains=text)
+        if text.isdigit():
+            query |= Q(pk=int(text)) | Q(slurm_job_id=int(text))
+        jobs = jobs.filter(query)
+    return jobs, {"state": state, "project": project, "q": text}
+
+
+@login_required
+@require_GET
+def job_list(request: HttpRequest) -> HttpResponse:
+    jobs, filters = _filtered_jobs(request)
+    page = Paginator(jobs, PAGE_SIZE).get_page(request.GET.get("page"))
+    context = {
+        "page": page,
+        "jobs": list(page.object_list),
+        "filters": filters,
+        "states": JobState.choices,
+        "projects": Project.objects.filter(memberships__user=_user(request)).order_by("name"),
+        "query": request.GET.urlencode(),
+    }
+    context["live"] = any(job.state not in TERMINAL_STATES for job in context["jobs"])
+    template = "jobs/_job_rows.html" if request.headers.get("HX-Request") else "jobs/list.html"
+    return render(request, template, context)
+
+
+# --- the composer -----------------------------------------------------------------
+
+
+def _form(request: HttpRequest, data=None, initial=None) -> JobForm:
+    user = _user(request)
+    return JobForm(
+        data,
+        initial=initial,
+        projects=list(Project.objects.filter(memberships__user=user).order_by("name")),
+        partitions=list(
+            Partition.objects.filter(cluster__is_enabled=True)
+            .select_related("cluster")
+            .order_by("-is_default", "name")
+        ),
+        templates=list(selectors.templates_for(user)),
+    )
+
+
+def _initial(request: HttpRequest) -> dict:
+    user = _user(request)
+    initial: dict = {"name": "job", "nodes": 1, "gpus_per_node": 1, "time_limit_minutes": 60}
+    if template_id := request.GET.get("template"):
+        template = selectors.templates_for(user).filter(pk=template_id).first()
+        if template is None:
+            raise Http404("No such template")
+        initial.update(initial_from_template(template))
+    if job_id := request.GET.get("from"):
+        initial.update(initial_from_job(_job(request, int(job_id))))
+    if project := request.GET.get("project"):
+        initial["project"] = project
+    return initial
+
+
+@login_required
+def job_new(request: HttpRequest) -> HttpResponse:
+    if request.method != "POST":
+        form = _form(request, initial=_initial(request))
+        return render(request, "jobs/new.html", {"form": form})
+    form = _form(request, request.POST)
+    quota = None
+    if form.is_valid():
+        try:
+            job = services.job_create(user=_user(request), request=form.job_request())
+        except JobInvalid as error:
+            form.add_service_errors(error)
+        except QuotaExceeded as error:
+            quota = error
+        else:
+            messages.success(
+                request, _("Job #%(id)s saved; it is being submitted.") % {"id": job.pk}
+            )
+            return redirect("jobs:detail", job_id=job.pk)
+    return render(request, "jobs/new.html", {"form": form, "quota": quota}, status=400)
+
+
+@login_required
+@require_POST
+def job_preview(request: HttpRequest) -> HttpResponse:
+    """The live part of the composer: script, cost against the balance, expected start,
+    and each field's error (swapped in beside the field). Saves nothing."""
+    form = _form(request, request.POST)
+    context: dict = {"form": form}
+    if form.is_valid():
+        try:
+            context["estimate"] = services.job_estimate(
+                user=_user(request), request=form.job_request()
+            )
+        except JobInvalid as error:
+            form.add_service_errors(error)
+        partition = form.partitions.get(form.cleaned_data.get("partition", ""))
+        context["partition"] = partition
+    return render(request, "jobs/_preview.html", context)
+
+
+@login_required
+@require_POST
+def template_save(request: HttpRequest) -> HttpResponse:
+    form = _form(request, request.POST)
+    save = SaveTemplateForm(request.POST)
+    if not (form.is_valid() and save.is_valid()):
+        messages.error(request, _("Fill in the job form and a template name to save it."))
+        return render(request, "jobs/new.html", {"form": form, "save_form": save}, status=400)
+    job_request = form.job_request()
+    defaults = {
+        field: getattr(job_request, field)
+        for field in services.TEMPLATE_DEFAULT_FIELDS
+        if getattr(job_request, field) not in (None, "", {})
+    }
+    project = None
+    if save.cleaned_data["share_with_project"]:
+        project = Project.objects.filter(
+            slug=form.cleaned_data["project"], memberships__user=_user(request)
+        ).first()
+    try:
+        template = services.job_template_create(
+            user=_user(request),
+            name=save.cleaned_data["title"],
+            script=job_request.script or "",
+            defaults=defaults,
+            scope=JobTemplate.Scope.PROJECT if project else JobTemplate.Scope.USER,
+            project=project,
+        )
+    except (JobInvalid, NotAllowed) as error:
+        messages.error(request, str(error))
+        return render(request, "jobs/new.html", {"form": form, "save_form": save}, status=400)
+    messages.success(request, _("Template “%(name)s” saved.") % {"name": template.name})
+    return redirect(f"{reverse('jobs:new')}?template={template.pk}")
+
+
+# --- one job ----------------------------------------------------------------------
+
+
+def _job_context(request: HttpRequest, job: Job) -> dict:
+    user = _user(request)
+    can_manage = services.can_manage(user, job)
+    return {
+        "job": job,
+        "events": list(job.events.all()),
+        "live": job.state not in TERMINAL_STATES,
+        "can_cancel": can_manage and job.state not in TERMINAL_STATES,
+        "can_hold": can_manage and job.state == JobState.PENDING,
+        "can_release": can_manage and job.state == JobState.PENDING,
+        "balance": project_balance(job.project, cluster=job.cluster),
+    }
+
+
+@login_required
+@require_GET
+def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _job(request, job_id)
+    return render(request, "jobs/detail.html", _job_context(request, job))
+
+
+@login_required
+@require_GET
+def job_status_partial(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _job(request, job_id)
+    return render(request, "jobs/_status.html", _job_context(request, job))
+
+
+@login_required
+@require_GET
+def job_output_partial(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _job(request, job_id)
+    stream = "stderr" if request.GET.get("stream") == "stderr" else "stdout"
+    context: dict = {"job": job, "stream": stream, "live": job.state not in TERMINAL_STATES}
+    try:
+        context["output"] = selectors.job_output(job, stream=stream, tail_lines=OUTPUT_TAIL_LINES)
+    except OutputUnavailable as error:
+        context["unavailable"] = str(error)
+    return render(request, "jobs/_output.html", context)
+
+
+@login_required
+@require_POST
+def job_action(request: HttpRequest, job_id: int, action: str) -> HttpResponse:
+    job = _job(request, job_id)
+    service = {
+        "cancel": services.job_cancel,
+        "hold": services.job_hold,
+        "release": services.job_release,
+    }.get(action)
+    if service is None:
+        raise Http404("No such action")
+    try:
+        service(user=_user(request), job=job)
+    except (JobInvalid, NotAllowed) as error:
+        messages.error(request, str(error))
+    else:
+        messages.success(
+            request,
+            {
+                "cancel": _("Cancelling job #%(id)s."),
+                "hold": _("Holding job #%(id)s."),
+                "release": _("Releasing job #%(id)s."),
+            }[action]
+            % {"id": job.pk},
+        )
+    next_url = request.POST.get("next", "")
+    if url_has_allowed_host_and_scheme(next_url, allowed_hosts={request.get_host()}):
+        return redirect(next_url)
+    return redirect("jobs:detail", job_id=job.pk)

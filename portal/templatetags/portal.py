@@ -1,0 +1,71 @@
+"""Filters for readable numbers and times: GPU-hours with their unit, relative times
+with the absolute one on hover, job-state badges."""
+
+import datetime as dt
+
+from django import template
+from django.contrib.humanize.templatetags.humanize import naturaltime
+from django.template.defaultfilters import floatformat
+from django.utils import formats, timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext as _
+
+register = template.Library()
+
+
+@register.filter
+def gpu_hours(value: float | int | None, digits: str = "-2g") -> str:
+    """Hours as "1,234.50 GPU-h" in the active language's number format."""
+    if value is None:
+        return "—"
+    return _("%(hours)s GPU-h") % {"hours": floatformat(value, digits)}
+
+
+@register.filter
+def gpu_seconds_as_hours(value: int | None, digits: str = "-2g") -> str:
+    return gpu_hours(None if value is None else value / 3600, digits)
+
+
+@register.filter
+def when(value: dt.datetime | None) -> SafeString | str:
+    """ "3 minutes ago", with the exact local time on hover and for machines."""
+    if value is None:
+        return "—"
+    local = timezone.localtime(value)
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>',
+        value.isoformat(),
+        formats.date_format(local, "DATETIME_FORMAT"),
+        naturaltime(value),
+    )
+
+
+@register.filter
+def minutes(value: int | None) -> str:
+    """A time limit in minutes, readable: "90 min", "4 h", "2 d 3 h"."""
+    if value is None:
+        return "—"
+    days, rest = divmod(int(value), 24 * 60)
+    hours, mins = divmod(rest, 60)
+    parts = []
+    if days:
+        parts.append(_("%(n)s d") % {"n": days})
+    if hours:
+        parts.append(_("%(n)s h") % {"n": hours})
+    if mins or not parts:
+        parts.append(_("%(n)s min") % {"n": mins})
+    return " ".join(parts)
+
+
+@register.inclusion_tag("includes/state_badge.html")
+def state_badge(job) -> dict:
+    return {"state": job.state, "label": job.get_state_display(), "reason": job.reason}
+
+
+@register.filter
+def percent(part: float | int, whole: float | int) -> float:
+    """part as a share of whole, 0-100, for bar widths."""
+    if not whole or whole <= 0:
+        return 0.0
+    return round(max(0.0, min(100.0, 100 * part / whole)), 1)

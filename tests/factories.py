@@ -1,0 +1,67 @@
+"""Factories and helpers for tests: job requests, many jobs at once, polling."""
+
+import time
+
+import pytest
+
+from jobs.requests import JobRequest
+
+
+def wait_for(predicate, *, timeout_s: float = 60, interval_s: float = 0.5, what: str = "it"):
+    """Poll until ``predicate()`` is truthy; return its value or fail saying what did not happen."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}", pytrace=False)
+        time.sleep(interval_s)
+
+
+def request_for(project, workdir, **fields) -> JobRequest:
+    values = {
+        "project": project.slug,
+        "partition": "debug",
+        "name": "test",
+        "gpus_per_node": 1,
+        "time_limit_minutes": 5,
+        "working_directory": str(workdir),
+        "script": "echo hello from $(id -un)\n",
+        **fields,
+    }
+    return JobRequest(**values)
+
+
+def bulk_jobs(*, owner, project, count: int, state: str = "completed", **fields):
+    """``count`` jobs saved in one query (no holds): for pages and query counts."""
+    from decimal import Decimal
+
+    from clusters.models import Partition
+    from jobs.models import Job
+
+    partition = fields.pop("partition", None) or Partition.objects.order_by("-is_default").first()
+    name = fields.pop("name", "bulk")
+    return Job.objects.bulk_create(
+        Job(
+            owner=owner,
+            project=project,
+            cluster=partition.cluster,
+            partition=partition,
+            name=f"{name}{n}",
+            time_limit_minutes=10,
+            gpus_per_node=1,
+            working_directory="/home/alice",
+            output_path="/home/alice/slurm-%j.out",
+            error_path="/home/alice/slurm-%j.out",
+            script="true\n",
+            rendered_script="#!/bin/bash\ntrue\n",
+            billing_weight=Decimal("1"),
+            requested_gpu_seconds=600,
+            used_gpu_seconds=300 if state == "completed" else None,
+            slurm_job_id=None,
+            state=state,
+            **fields,
+        )
+        for n in range(count)
+    )
