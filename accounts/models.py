@@ -235,6 +235,7 @@ class Notification(models.Model):
     and marked sent after (accounts.notifications)."""
 
     class Kind(models.TextChoices):
+        # xgettext:no-python-format (a literal %: xgettext would take "% o" for a directive)
         USAGE_80 = "usage_80", _("80% of the GPU-hours used")
         USAGE_100 = "usage_100", _("All GPU-hours used")
         EXPIRES_SOON = "expires_soon", _("Ends within 14 days")
@@ -258,3 +259,30 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()}: {self.allocation}"
+
+
+class PersonalAccessToken(models.Model):
+    """A script's credential for the REST API (``Authorization: Bearer sgp_…``).
+
+    Only the SHA-256 of the token is kept: the secret is shown once, when it is
+    made, and a copy of the database cannot be used to call the API. The
+    secret is 256 random bits, so a plain (unsalted) hash is enough and lets a
+    request find its token by one indexed look-up.
+    """
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="access_tokens")
+    name = models.CharField(max_length=100)
+    # The token's first characters, kept to tell a user's tokens apart; not a secret.
+    prefix = models.CharField(max_length=16)
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["user", "-created_at"], name="access_token_user_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…) of {self.user}"

@@ -7,6 +7,7 @@ In production set ``PORTAL_ENV=production`` and at least ``PORTAL_SECRET_KEY``
 The README lists every variable.
 """
 
+import re
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -46,6 +47,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.humanize",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "clusters",
     "accounts",
     "jobs",
@@ -143,11 +146,69 @@ WHITENOISE_USE_FINDERS = not IS_PRODUCTION
 SESSION_COOKIE_SECURE = IS_PRODUCTION
 CSRF_COOKIE_SECURE = IS_PRODUCTION
 
+# REST API (/api/v1/). Scripts send a personal access token; the browser's
+# session works too and keeps its CSRF check. The token scheme comes first so
+# that a request without credentials is told 401 with `WWW-Authenticate: Bearer`.
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "accounts.authentication.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_THROTTLE_CLASSES": ["accounts.authentication.TokenRateThrottle"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
+    "EXCEPTION_HANDLER": "portal.api_errors.api_exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "portal.api_errors.ApiSchema",
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
+}
+
+
+def _rate(name: str, default: str) -> str | None:
+    """A DRF throttle rate such as ``120/min``; ``off`` turns the limit off."""
+    value = env_str(name, default).strip()
+    if value.lower() == "off":
+        return None
+    if not re.fullmatch(r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)", value):
+        raise ImproperlyConfigured(
+            f"{name}={value!r} is not a rate; write requests per period, e.g. 120/min, "
+            "1000/hour or 10/s, or off."
+        )
+    return value
+
+
+# Requests per token (or per logged-in user), and per client address without credentials.
+API_RATE = _rate("PORTAL_API_RATE", "120/min")
+API_ANON_RATE = _rate("PORTAL_API_ANON_RATE", "30/min")
+API_TOKEN_MAX_DAYS = env_int("PORTAL_API_TOKEN_MAX_DAYS", 365, minimum=1)
+API_TOKEN_DEFAULT_DAYS = env_int("PORTAL_API_TOKEN_DEFAULT_DAYS", 30, minimum=1)
+if API_TOKEN_DEFAULT_DAYS > API_TOKEN_MAX_DAYS:
+    raise ImproperlyConfigured(
+        "PORTAL_API_TOKEN_DEFAULT_DAYS must not be larger than PORTAL_API_TOKEN_MAX_DAYS."
+    )
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Slurm GPU Portal API",
+    "DESCRIPTION": (
+        "Projects, GPU-hour balances, jobs and their output, templates, allocation "
+        "requests and personal access tokens. Send `Authorization: Bearer <token>`; "
+        'every error has the shape `{"error": {"code", "message", "fields"}}`.'
+    ),
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "JobStateEnum": "jobs.states.JobState",
+        "AllocationStateEnum": "accounts.models.Allocation.State",
+        "AllocationRequestStateEnum": "accounts.models.AllocationRequest.State",
+    },
+    # Swagger UI and Redoc from drf-spectacular-sidecar's static files: no CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
 }
 
 # Celery: JSON only, tasks acknowledged after they ran (every task is
@@ -175,6 +236,10 @@ if CELERY_TASK_SOFT_TIME_LIMIT >= CELERY_TASK_TIME_LIMIT:
         "PORTAL_TASK_SOFT_TIME_LIMIT_S must be smaller than PORTAL_TASK_TIME_LIMIT_S."
     )
 CELERY_TIMEZONE = "UTC"
+# Celery's Django fix-up closes the database connection around every task unless
+# this is set, so each submission would open a new one; portal/celery.py still
+# closes connections that are too old or broken.
+CELERY_DB_REUSE_MAX = env_int("PORTAL_CELERY_DB_REUSE_MAX", 1000, minimum=0)
 PORTAL_HEARTBEAT_INTERVAL_S = env_int("PORTAL_HEARTBEAT_INTERVAL_S", 30, minimum=1)
 CELERY_BEAT_SCHEDULE = {
     "heartbeat": {

@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from accounts import views as account_views
 from portal import views
 
 admin.site.site_header = "Slurm GPU Portal — allocation managers"
@@ -11,9 +12,12 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("jobs/", include("jobs.urls")),
     path("projects/<slug:slug>/", views.project_detail, name="project"),
+    path("tokens/", account_views.tokens, name="tokens"),
+    path("tokens/<int:token_id>/revoke/", account_views.token_revoke_view, name="token_revoke"),
     path("healthz", views.healthz, name="healthz"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("i18n/", include("django.conf.urls.i18n")),
     path("admin/", admin.site.urls),
+    path("api/", include(("portal.api", "api"), namespace="api")),
 ]

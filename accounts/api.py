@@ -1,0 +1,595 @@
+"""REST API of the bank: who am I, my projects and their balances and usage,
+allocation requests, and personal access tokens."""
+
+import datetime as dt
+from collections.abc import Iterable
+from typing import Any
+
+from django.conf import settings
+from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema, extend_schema_field
+from rest_framework import exceptions, serializers, status
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounts import tokens
+from accounts.models import (
+    Allocation,
+    AllocationRequest,
+    Membership,
+    PersonalAccessToken,
+    Project,
+    User,
+)
+from accounts.requests import (
+    allocation_request_approve,
+    allocation_request_create,
+    allocation_request_deny,
+    is_allocation_manager,
+)
+from accounts.selectors import (
+    USAGE_GROUPS,
+    Balance,
+    allocation_balance,
+    memberships_of_user,
+    project_usage,
+)
+from clusters.models import Cluster
+
+LEADS = (Membership.Role.PI, Membership.Role.CO_PI)
+
+
+class Conflict(exceptions.APIException):
+    """409: the request clashes with the object's state; ``code`` says how."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "conflict"
+    default_detail = "The request conflicts with the current state."
+
+
+def caller(request: Request) -> User:
+    """The user who calls; every view but the schema's lets only the authenticated in."""
+    user = request.user
+    if not isinstance(user, User):
+        raise exceptions.NotAuthenticated()
+    return user
+
+
+def related(attribute: str, *, null: bool = False) -> serializers.SlugRelatedField[Any]:
+    """A related object shown by one of its fields (a slug, a name, a username)."""
+    return serializers.SlugRelatedField(slug_field=attribute, read_only=True, allow_null=null)
+
+
+def query(serializer_class: type[serializers.Serializer], request: Request) -> dict[str, Any]:
+    """The request's query parameters, checked (a 400 naming the parameter) like a body."""
+    serializer = serializer_class(data=request.query_params)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+def not_found(what: str) -> exceptions.NotFound:
+    return exceptions.NotFound(f"There is no {what} of yours.")
+
+
+def membership_of(user: User, slug: str) -> Membership:
+    """The user's membership of the project ``slug``; NotFound (a 404) for anyone else's."""
+    membership = memberships_of_user(user).filter(project__slug=slug).first()
+    if membership is None:
+        raise not_found(f"project {slug!r}")
+    return membership
+
+
+def member_project(user: User, slug: Any, *, field: str = "project") -> Project:
+    """A project named in a request body: one of the user's, or a 400 on ``field``
+    (the same words whether it exists or not: an outsider learns nothing)."""
+    membership = (
+        Membership.objects.filter(user=user, project__slug=str(slug))
+        .select_related("project")
+        .first()
+    )
+    if membership is None:
+        raise exceptions.ValidationError({field: [f"You are not a member of a project {slug!r}."]})
+    return membership.project
+
+
+def cluster_named(name: str | None, *, field: str = "cluster") -> Cluster:
+    """The enabled cluster ``name``; left out, the only one (or a 400 naming the choices)."""
+    clusters = Cluster.objects.filter(is_enabled=True).order_by("name")
+    if name:
+        cluster = clusters.filter(name=name).first()
+        if cluster is None:
+            raise exceptions.ValidationError({field: [f"There is no cluster {name!r}."]})
+        return cluster
+    found = list(clusters[:2])
+    if len(found) != 1:
+        raise exceptions.ValidationError(
+            {field: ["Choose a cluster: the portal has more than one (or none yet)."]}
+        )
+    return found[0]
+
+
+# Shapes.
+
+
+class BalanceSerializer(serializers.Serializer):
+    granted_gpu_hours = serializers.FloatField(help_text="Granted and adjusted.")
+    used_gpu_hours = serializers.FloatField(help_text="Charged for work that ran.")
+    held_gpu_hours = serializers.FloatField(help_text="Held by jobs that have not ended.")
+    available_gpu_hours = serializers.FloatField(
+        help_text="What new jobs can still use: granted, less used, held and lapsed."
+    )
+
+
+def balance_of(allocations: Iterable[Allocation]) -> dict[str, float]:
+    """The project balance (accounts.selectors.project_balance) from rows already loaded:
+    the sum over the active allocations."""
+    active = [a for a in allocations if a.state == Allocation.State.ACTIVE]
+    return Balance(
+        granted_gpu_seconds=sum(a.granted_gpu_seconds for a in active),
+        used_gpu_seconds=sum(a.used_gpu_seconds for a in active),
+        held_gpu_seconds=sum(a.held_gpu_seconds for a in active),
+        expired_gpu_seconds=sum(a.expired_gpu_seconds for a in active),
+    ).as_gpu_hours()
+
+
+class AllocationSerializer(serializers.ModelSerializer):
+    cluster = related("name")
+    granted_gpu_hours = serializers.SerializerMethodField()
+    used_gpu_hours = serializers.SerializerMethodField()
+    held_gpu_hours = serializers.SerializerMethodField()
+    available_gpu_hours = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Allocation
+        fields = [
+            "id",
+            "cluster",
+            "state",
+            "starts_on",
+            "ends_on",
+            "granted_gpu_hours",
+            "used_gpu_hours",
+            "held_gpu_hours",
+            "available_gpu_hours",
+        ]
+
+    def _hours(self, allocation: Allocation, name: str) -> float:
+        return allocation_balance(allocation).as_gpu_hours()[name]
+
+    def get_granted_gpu_hours(self, allocation: Allocation) -> float:
+        return self._hours(allocation, "granted_gpu_hours")
+
+    def get_used_gpu_hours(self, allocation: Allocation) -> float:
+        return self._hours(allocation, "used_gpu_hours")
+
+    def get_held_gpu_hours(self, allocation: Allocation) -> float:
+        return self._hours(allocation, "held_gpu_hours")
+
+    def get_available_gpu_hours(self, allocation: Allocation) -> float:
+        return self._hours(allocation, "available_gpu_hours")
+
+
+class ProjectSerializer(serializers.Serializer):
+    """A project as one of its members sees it (the instance is their Membership)."""
+
+    slug = serializers.CharField(source="project.slug")
+    name = serializers.CharField(source="project.name")
+    slurm_account = serializers.CharField(source="project.slurm_account")
+    description = serializers.CharField(source="project.description")
+    role = serializers.ChoiceField(choices=Membership.Role.choices, help_text="Your role.")
+    balance = serializers.SerializerMethodField(
+        help_text="The sum over the project's active allocations."
+    )
+    allocations = AllocationSerializer(source="project.allocations.all", many=True)
+
+    @extend_schema_field(BalanceSerializer)
+    def get_balance(self, membership: Membership) -> dict[str, float]:
+        return balance_of(membership.project.allocations.all())
+
+
+class MemberSerializer(serializers.Serializer):
+    username = serializers.CharField(source="user.username")
+    full_name = serializers.CharField(source="user.get_full_name")
+    role = serializers.ChoiceField(choices=Membership.Role.choices)
+
+
+class ProjectDetailSerializer(ProjectSerializer):
+    members = serializers.SerializerMethodField()
+
+    @extend_schema_field(MemberSerializer(many=True))
+    def get_members(self, membership: Membership) -> Any:
+        members = membership.project.memberships.select_related("user").order_by(
+            "role", "user__username"
+        )
+        return MemberSerializer(members, many=True).data
+
+
+class MyProjectSerializer(serializers.Serializer):
+    slug = serializers.CharField(source="project.slug")
+    name = serializers.CharField(source="project.name")
+    role = serializers.ChoiceField(choices=Membership.Role.choices)
+
+
+class MeSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    username = serializers.CharField()
+    full_name = serializers.CharField(source="get_full_name")
+    email = serializers.CharField()
+    posix_username = serializers.CharField(
+        allow_null=True, help_text="The Unix login your jobs run as (set by an administrator)."
+    )
+    is_allocation_manager = serializers.SerializerMethodField()
+    projects = serializers.SerializerMethodField()
+
+    def get_is_allocation_manager(self, user: User) -> bool:
+        return is_allocation_manager(user)
+
+    @extend_schema_field(MyProjectSerializer(many=True))
+    def get_projects(self, user: User) -> Any:
+        memberships = Membership.objects.filter(user=user).select_related("project")
+        return MyProjectSerializer(memberships.order_by("project__name"), many=True).data
+
+
+class UsageRowSerializer(serializers.Serializer):
+    key = serializers.CharField(
+        allow_null=True,
+        help_text="A username, a partition name or a month (YYYY-MM); null: work of no "
+        "portal user (e.g. submitted outside the portal) or of an unknown partition.",
+    )
+    used_gpu_hours = serializers.FloatField()
+
+
+class UsageQuerySerializer(serializers.Serializer):
+    group_by = serializers.ChoiceField(choices=sorted(USAGE_GROUPS), default="user")
+
+
+class UsageSerializer(serializers.Serializer):
+    project = serializers.CharField()
+    group_by = serializers.ChoiceField(choices=sorted(USAGE_GROUPS))
+    total_gpu_hours = serializers.FloatField()
+    rows = UsageRowSerializer(many=True)
+
+
+# Views.
+
+
+class Me(APIView):
+    @extend_schema(
+        tags=["me"], summary="The user who calls, with their projects", responses=MeSerializer
+    )
+    def get(self, request: Request) -> Response:
+        return Response(MeSerializer(caller(request)).data)
+
+
+class ProjectList(APIView):
+    @extend_schema(
+        tags=["projects"],
+        summary="Your projects, with allocations and balances",
+        responses=ProjectSerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        return Response(ProjectSerializer(memberships_of_user(caller(request)), many=True).data)
+
+
+class ProjectDetail(APIView):
+    @extend_schema(
+        tags=["projects"],
+        summary="One of your projects: members, allocations and balance",
+        responses=ProjectDetailSerializer,
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        return Response(ProjectDetailSerializer(membership_of(caller(request), slug)).data)
+
+
+def _usage_key(key: object) -> str | None:
+    if isinstance(key, dt.datetime | dt.date):
+        return key.strftime("%Y-%m")
+    return None if key is None else str(key)
+
+
+class ProjectUsage(APIView):
+    api_errors = {
+        "get": {
+            400: "invalid: group_by is not one of user, month, partition.",
+            403: "permission_denied: only the project's PI and co-PIs see its usage; "
+            "members see the balance on the project.",
+        }
+    }
+
+    @extend_schema(
+        tags=["projects"],
+        summary="GPU-hours charged to the project, by user, month or partition (PI/co-PI)",
+        parameters=[UsageQuerySerializer],
+        responses=UsageSerializer,
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        membership = membership_of(caller(request), slug)
+        # Usage by user shows what each teammate spent: DESIGN gives that to the leads.
+        if membership.role not in LEADS:
+            raise exceptions.PermissionDenied(
+                "Only the project's PI and co-PIs see its usage; the balance is on the project."
+            )
+        group_by = query(UsageQuerySerializer, request)["group_by"]
+        usage = project_usage(membership.project, group_by=group_by)
+        data = {
+            "project": membership.project.slug,
+            "group_by": group_by,
+            "total_gpu_hours": sum(hours for _, hours in usage),
+            "rows": [{"key": _usage_key(key), "used_gpu_hours": hours} for key, hours in usage],
+        }
+        return Response(UsageSerializer(data).data)
+
+
+# Allocation requests.
+
+
+class AllocationRequestSerializer(serializers.ModelSerializer):
+    project = related("slug")
+    cluster = related("name")
+    requested_by = related("username")
+    decided_by = related("username", null=True)
+    allocation: serializers.PrimaryKeyRelatedField[Allocation] = serializers.PrimaryKeyRelatedField(
+        read_only=True, allow_null=True, help_text="The allocation an approval granted."
+    )
+
+    class Meta:
+        model = AllocationRequest
+        fields = [
+            "id",
+            "project",
+            "cluster",
+            "requested_by",
+            "gpu_hours",
+            "starts_on",
+            "ends_on",
+            "justification",
+            "state",
+            "decided_by",
+            "decided_at",
+            "decision_comment",
+            "allocation",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+
+class AllocationRequestQuerySerializer(serializers.Serializer):
+    state = serializers.ChoiceField(choices=AllocationRequest.State.choices, required=False)
+    project = serializers.CharField(required=False, help_text="A project's slug.")
+
+
+class AllocationRequestCreateSerializer(serializers.Serializer):
+    project = serializers.CharField(help_text="The project's slug; you are its PI or a co-PI.")
+    cluster = serializers.CharField(
+        required=False, allow_null=True, help_text="Optional when the portal has one cluster."
+    )
+    gpu_hours = serializers.IntegerField(min_value=1, max_value=2**31 - 1)
+    starts_on = serializers.DateField()
+    ends_on = serializers.DateField()
+    justification = serializers.CharField(max_length=10_000)
+
+
+class DecisionSerializer(serializers.Serializer):
+    comment = serializers.CharField(
+        required=False, allow_blank=True, max_length=10_000, trim_whitespace=True
+    )
+
+
+class DenialSerializer(serializers.Serializer):
+    comment = serializers.CharField(max_length=10_000, help_text="Why: the PI reads it. Required.")
+
+
+def allocation_requests_for(user: User) -> QuerySet[AllocationRequest]:
+    """Every request for allocation managers; the requests of the projects a user
+    leads for anyone else."""
+    requests = AllocationRequest.objects.select_related(
+        "project", "cluster", "requested_by", "decided_by"
+    ).order_by("-created_at", "-id")
+    if is_allocation_manager(user):
+        return requests
+    led = Membership.objects.filter(user=user, role__in=LEADS).values("project_id")
+    return requests.filter(project_id__in=led)
+
+
+class AllocationRequestList(APIView):
+    api_errors = {
+        "get": {400: "invalid: state is not one of pending, approved, denied."},
+        "post": {
+            403: "permission_denied: only the project's PI or a co-PI can ask for GPU-hours.",
+        },
+    }
+
+    @extend_schema(
+        tags=["allocation requests"],
+        summary="Requests for GPU-hours: all of them for allocation managers, "
+        "those of the projects you lead for PIs and co-PIs",
+        parameters=[AllocationRequestQuerySerializer],
+        responses=AllocationRequestSerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        requests = allocation_requests_for(caller(request))
+        params = query(AllocationRequestQuerySerializer, request)
+        if "state" in params:
+            requests = requests.filter(state=params["state"])
+        if "project" in params:
+            requests = requests.filter(project__slug=params["project"])
+        return Response(AllocationRequestSerializer(requests, many=True).data)
+
+    @extend_schema(
+        tags=["allocation requests"],
+        summary="Ask for GPU-hours for a project you lead",
+        request=AllocationRequestCreateSerializer,
+        responses={201: AllocationRequestSerializer},
+    )
+    def post(self, request: Request) -> Response:
+        serializer = AllocationRequestCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        created = allocation_request_create(
+            project=member_project(caller(request), data["project"]),
+            cluster=cluster_named(data.get("cluster")),
+            requested_by=caller(request),
+            gpu_hours=data["gpu_hours"],
+            starts_on=data["starts_on"],
+            ends_on=data["ends_on"],
+            justification=data["justification"],
+        )
+        return Response(AllocationRequestSerializer(created).data, status=status.HTTP_201_CREATED)
+
+
+class _Decide(APIView):
+    api_errors = {
+        "post": {
+            403: "permission_denied: only allocation managers decide on requests.",
+            409: "already_decided: the request was approved or denied before; "
+            "allocation_overlap: the project already has an allocation on the cluster "
+            "in that period.",
+        }
+    }
+
+    def _pending(self, request: Request, pk: int) -> AllocationRequest:
+        # Checked before the look-up: who may not decide learns nothing of the ids.
+        if not is_allocation_manager(caller(request)):
+            raise exceptions.PermissionDenied("Only allocation managers decide on requests.")
+        found = AllocationRequest.objects.filter(pk=pk).first()
+        if found is None:
+            raise exceptions.NotFound(f"There is no allocation request {pk}.")
+        if found.state != AllocationRequest.State.PENDING:
+            raise Conflict(
+                f"This request was already {found.get_state_display().lower()}.",
+                code="already_decided",
+            )
+        return found
+
+
+class AllocationRequestApprove(_Decide):
+    @extend_schema(
+        tags=["allocation requests"],
+        summary="Approve a request: its GPU-hours are granted (allocation managers)",
+        request=DecisionSerializer,
+        responses=AllocationRequestSerializer,
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        serializer = DecisionSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        approved = allocation_request_approve(
+            request=self._pending(request, pk),
+            manager=caller(request),
+            comment=serializer.validated_data.get("comment", ""),
+        )
+        return Response(AllocationRequestSerializer(approved).data)
+
+
+class AllocationRequestDeny(_Decide):
+    @extend_schema(
+        tags=["allocation requests"],
+        summary="Deny a request, saying why (allocation managers)",
+        request=DenialSerializer,
+        responses=AllocationRequestSerializer,
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        serializer = DenialSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        denied = allocation_request_deny(
+            request=self._pending(request, pk),
+            manager=caller(request),
+            comment=serializer.validated_data["comment"],
+        )
+        return Response(AllocationRequestSerializer(denied).data)
+
+
+# Personal access tokens.
+
+
+class TokenSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = PersonalAccessToken
+        fields = ["id", "name", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at"]
+        read_only_fields = fields
+        extra_kwargs = {"prefix": {"help_text": "The token's first characters, to recognise it."}}
+
+
+class NewTokenSerializer(TokenSerializer):
+    token = serializers.SerializerMethodField(
+        help_text="The token itself: shown this once, never again. Send it as "
+        "`Authorization: Bearer <token>`."
+    )
+
+    class Meta(TokenSerializer.Meta):
+        fields = [*TokenSerializer.Meta.fields, "token"]
+        read_only_fields = fields
+
+    def get_token(self, token: PersonalAccessToken) -> str:
+        return self.context["plain"]
+
+
+class TokenCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100, help_text="What the token is for.")
+    expires_in_days = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        help_text="How long it lasts, 1 to PORTAL_API_TOKEN_MAX_DAYS (365 unless configured); "
+        "default PORTAL_API_TOKEN_DEFAULT_DAYS (30).",
+    )
+
+    def validate_expires_in_days(self, days: int) -> int:
+        if days > settings.API_TOKEN_MAX_DAYS:
+            raise serializers.ValidationError(
+                f"A token lasts at most {settings.API_TOKEN_MAX_DAYS} days."
+            )
+        return days
+
+
+class TokenList(APIView):
+    api_errors = {
+        "post": {
+            403: "permission_denied: tokens are created from a logged-in browser session; "
+            "a token cannot create tokens.",
+        }
+    }
+
+    @extend_schema(
+        tags=["tokens"],
+        summary="Your personal access tokens (never their secrets)",
+        responses=TokenSerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        return Response(TokenSerializer(tokens.tokens_of(caller(request)), many=True).data)
+
+    @extend_schema(
+        tags=["tokens"],
+        summary="Create a token (browser session only); the answer shows it once",
+        request=TokenCreateSerializer,
+        responses={201: NewTokenSerializer},
+    )
+    def post(self, request: Request) -> Response:
+        # A stolen token must not be able to mint itself successors that outlive it.
+        if not isinstance(request.successful_authenticator, SessionAuthentication):
+            raise exceptions.PermissionDenied(
+                "Tokens are created from a logged-in browser session; a token cannot create tokens."
+            )
+        serializer = TokenCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        token, plain = tokens.token_create(
+            user=caller(request),
+            name=serializer.validated_data["name"],
+            expires_in_days=serializer.validated_data.get("expires_in_days"),
+        )
+        data = NewTokenSerializer(token, context={"plain": plain}).data
+        return Response(data, status=status.HTTP_201_CREATED)
+
+
+class TokenDetail(APIView):
+    @extend_schema(
+        tags=["tokens"],
+        summary="Revoke one of your tokens (a repeat changes nothing)",
+        responses={204: None},
+    )
+    def delete(self, request: Request, pk: int) -> Response:
+        token = tokens.tokens_of(caller(request)).filter(pk=pk).first()
+        if token is None:
+            raise not_found(f"token {pk}")
+        tokens.token_revoke(token=token)
+        return Response(status=status.HTTP_204_NO_CONTENT)

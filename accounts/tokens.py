@@ -1,0 +1,90 @@
+"""Personal access tokens: made, used and revoked only here.
+
+A token is ``sgp_`` and 43 URL-safe characters (256 random bits). The prefix
+makes a leaked token easy to recognise (secret scanners, logs); the portal
+keeps only its SHA-256, so the plain token exists once, in the answer to the
+request that made it.
+"""
+
+import datetime as dt
+import hashlib
+import re
+import secrets
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from accounts.models import PersonalAccessToken, User
+
+TOKEN_PREFIX = "sgp_"  # noqa: S105 - a marker, not a secret
+_TOKEN = re.compile(r"sgp_[A-Za-z0-9_-]{43}")
+# How stale last_used_at may get: one write a minute at most, not one per request.
+LAST_USED_PRECISION = dt.timedelta(minutes=1)
+
+
+class TokenRefused(Exception):
+    """The token is unknown, expired or revoked, or its user is disabled; the message says which."""
+
+
+def hash_token(plain: str) -> str:
+    return hashlib.sha256(plain.encode()).hexdigest()
+
+
+def token_create(
+    *, user: User, name: str, expires_in_days: int | None = None
+) -> tuple[PersonalAccessToken, str]:
+    """A new token for ``user``, and its plain text — shown once, never stored."""
+    days = settings.API_TOKEN_DEFAULT_DAYS if expires_in_days is None else expires_in_days
+    if not 1 <= days <= settings.API_TOKEN_MAX_DAYS:
+        raise ValueError(f"A token lasts 1 to {settings.API_TOKEN_MAX_DAYS} days.")
+    plain = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = PersonalAccessToken.objects.create(
+        user=user,
+        name=name.strip(),
+        prefix=plain[:12],
+        token_hash=hash_token(plain),
+        expires_at=timezone.now() + dt.timedelta(days=days),
+    )
+    return token, plain
+
+
+def token_revoke(*, token: PersonalAccessToken) -> PersonalAccessToken:
+    """Revoke the token from now on; a repeat keeps the first revocation time."""
+    PersonalAccessToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
+    )
+    token.refresh_from_db(fields=["revoked_at"])
+    return token
+
+
+def token_authenticate(plain: str) -> PersonalAccessToken:
+    """The live token ``plain`` names, with its user; TokenRefused saying why not."""
+    if not _TOKEN.fullmatch(plain):
+        raise TokenRefused("This is not a portal access token (they start with sgp_).")
+    token = (
+        PersonalAccessToken.objects.select_related("user")
+        .filter(token_hash=hash_token(plain))
+        .first()
+    )
+    if token is None:
+        raise TokenRefused("This access token is not known; it may have been deleted.")
+    now = timezone.now()
+    if token.revoked_at is not None:
+        raise TokenRefused("This access token has been revoked; create a new one.")
+    if token.expires_at <= now:
+        raise TokenRefused("This access token has expired; create a new one.")
+    if not token.user.is_active:
+        raise TokenRefused("The account of this access token is disabled.")
+    stale = now - LAST_USED_PRECISION
+    if token.last_used_at is None or token.last_used_at < stale:
+        # Conditional: of concurrent requests with the same token, one writes.
+        PersonalAccessToken.objects.filter(
+            Q(last_used_at__isnull=True) | Q(last_used_at__lt=stale), pk=token.pk
+        ).update(last_used_at=now)
+        token.last_used_at = now
+    return token
+
+
+def tokens_of(user: User):
+    return PersonalAccessToken.objects.filter(user=user).order_by("-created_at", "-id")

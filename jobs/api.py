@@ -1,0 +1,617 @@
+"""REST API of jobs: create (idempotently), estimate, list, show, cancel/hold/release,
+read output; and job templates.
+
+Serializers here check types only and build a JobRequest; every rule about
+what a job may ask for is the services' (jobs.requests.job_prepare), whose
+JobInvalid the exception handler turns into a 400 naming the fields.
+"""
+
+import logging
+from typing import Any
+
+from django.db.models import Prefetch, Q, QuerySet
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
+from rest_framework import exceptions, serializers, status
+from rest_framework.generics import ListAPIView
+from rest_framework.pagination import CursorPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounts.api import LEADS, Conflict, caller, member_project, query, related
+from accounts.models import Membership, User
+from jobs.idempotency import IdempotencyConflict, job_create_once
+from jobs.models import Job, JobEvent, JobTemplate
+from jobs.requests import TEMPLATE_FIELDS, JobRequest
+from jobs.scripts import MAX_DEPENDENCIES
+from jobs.selectors import job_detail, job_output, jobs_visible_to, templates_for
+from jobs.services import (
+    job_cancel,
+    job_create,
+    job_estimate,
+    job_hold,
+    job_release,
+    job_template_create,
+)
+from jobs.states import JobState
+
+logger = logging.getLogger(__name__)
+
+INT32 = 2**31 - 1
+INT64 = 2**63 - 1
+IDEMPOTENCY_TTL_S = 24 * 3600
+
+
+def _text(**kwargs: Any) -> serializers.CharField:
+    # Not trimmed: a script's or a path's whitespace is the user's to keep.
+    return serializers.CharField(
+        required=False, allow_null=True, allow_blank=True, trim_whitespace=False, **kwargs
+    )
+
+
+def _whole(**kwargs: Any) -> serializers.IntegerField:
+    return serializers.IntegerField(
+        required=False, allow_null=True, min_value=-INT32, max_value=INT32, **kwargs
+    )
+
+
+JOB_REQUEST_EXAMPLE = OpenApiExample(
+    "A one-GPU training run",
+    request_only=True,
+    value={
+        "project": "ml-team",
+        "partition": "debug",
+        "name": "train",
+        "gpus_per_node": 1,
+        "time_limit_minutes": 30,
+        "environment": {"EPOCHS": "3"},
+        "script": "python train.py\n",
+    },
+)
+
+
+class JobRequestSerializer(serializers.Serializer):
+    """DESIGN's job request. A field left out (or null) takes the template's value,
+    then the portal's default."""
+
+    project = _text(help_text="The paying project's slug (one of yours).")
+    cluster = _text(help_text="Optional when the portal has one cluster.")
+    partition = _text(help_text="Default: the cluster's default partition.")
+    name = _text(help_text="Letters, digits, '.', '_' and '-'; at most 64. Default: job.")
+    nodes = _whole(help_text="Default 1.")
+    gpus_per_node = _whole(help_text="Default 1.")
+    cpus_per_gpu = _whole()
+    mem_per_gpu_gb = _whole()
+    time_limit_minutes = _whole(help_text="Default 60; at most the partition's limit.")
+    working_directory = _text(help_text="Absolute, inside your allowed folders. Default: home.")
+    output_path = _text(help_text="stdout file; Slurm's %j %A %a %x %u patterns allowed.")
+    error_path = _text(help_text="stderr file; default: the output file.")
+    environment = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+        required=False,
+        allow_null=True,
+        help_text="Variable names and values; the job sees only these (--export=NONE).",
+    )
+    array = _text(max_length=64, help_text="A Slurm array spec, e.g. 0-9%2.")
+    depends_on = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=INT64),
+        required=False,
+        allow_null=True,
+        max_length=MAX_DEPENDENCIES,
+        help_text="Ids of your portal jobs that must succeed first (afterok).",
+    )
+    script = _text(help_text="The script body; #SBATCH lines are refused (use the fields).")
+    template = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=INT64,
+        help_text="A template's id: its values are defaults for the fields left out.",
+    )
+
+    def canonical(self) -> dict[str, Any]:
+        """The request as it means: null and left out are the same."""
+        data = {k: v for k, v in self.validated_data.items() if v is not None}
+        if "depends_on" in data:
+            data["depends_on"] = sorted(set(data["depends_on"]))
+        return data
+
+    def job_request(self) -> JobRequest:
+        data = self.canonical()
+        if "depends_on" in data:
+            data["depends_on"] = tuple(data["depends_on"])
+        return JobRequest(**data)
+
+
+class JobEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobEvent
+        fields = ["at", "state", "detail"]
+        read_only_fields = fields
+
+
+class JobSerializer(serializers.ModelSerializer):
+    owner = related("username")
+    project = related("slug")
+    cluster = related("name")
+    partition = related("name")
+    template: serializers.PrimaryKeyRelatedField[JobTemplate] = serializers.PrimaryKeyRelatedField(
+        read_only=True, allow_null=True
+    )
+    depends_on = serializers.ManyRelatedField(
+        child_relation=serializers.PrimaryKeyRelatedField(read_only=True),
+        read_only=True,
+        help_text="Ids of the jobs this one waits for.",
+    )
+    environment = serializers.DictField(child=serializers.CharField(), read_only=True)
+    billing_weight = serializers.DecimalField(
+        max_digits=6, decimal_places=3, coerce_to_string=False, read_only=True
+    )
+    requested_gpu_hours = serializers.FloatField(read_only=True)
+    used_gpu_hours = serializers.FloatField(
+        read_only=True, allow_null=True, help_text="Charged from accounting once the job ended."
+    )
+
+    class Meta:
+        model = Job
+        fields = [
+            "id",
+            "state",
+            "slurm_job_id",
+            "slurm_state",
+            "reason",
+            "exit_code",
+            "submit_error",
+            "requested_gpu_hours",
+            "used_gpu_hours",
+            "billing_weight",
+            "created_at",
+            "submitted_at",
+            "started_at",
+            "ended_at",
+            "owner",
+            "project",
+            "cluster",
+            "partition",
+            "template",
+            "name",
+            "nodes",
+            "gpus_per_node",
+            "cpus_per_gpu",
+            "mem_per_gpu_gb",
+            "time_limit_minutes",
+            "working_directory",
+            "output_path",
+            "error_path",
+            "environment",
+            "array",
+            "array_tasks",
+            "depends_on",
+            "script",
+            "rendered_script",
+        ]
+        read_only_fields = fields
+
+
+class JobListItemSerializer(JobSerializer):
+    """A job in a list: all of it but the two scripts (GET jobs/{id}/ has them)."""
+
+    class Meta(JobSerializer.Meta):
+        fields = [f for f in JobSerializer.Meta.fields if f not in ("script", "rendered_script")]
+        read_only_fields = fields
+
+
+class JobDetailSerializer(JobSerializer):
+    events = JobEventSerializer(many=True, read_only=True)
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "events"]
+        read_only_fields = fields
+
+
+class EstimateSerializer(serializers.Serializer):
+    requested_gpu_hours = serializers.FloatField()
+    available_gpu_hours = serializers.FloatField(help_text="Of the allocation that would pay.")
+    fits = serializers.BooleanField(help_text="Whether the project can cover it now.")
+    expected_start = serializers.DateTimeField(
+        allow_null=True, help_text="Slurm's estimate (sbatch --test-only); null if unknown."
+    )
+    rendered_script = serializers.CharField()
+
+
+class OutputSerializer(serializers.Serializer):
+    text = serializers.CharField(allow_blank=True)
+    size_bytes = serializers.IntegerField(help_text="The whole file's size.")
+    truncated = serializers.BooleanField(help_text="text is not the whole file.")
+
+
+class JobListQuerySerializer(serializers.Serializer):
+    state = serializers.CharField(
+        required=False,
+        help_text="One state or several, comma-separated: " + ", ".join(JobState.values),
+    )
+    project = serializers.CharField(required=False, help_text="A project's slug.")
+    search = serializers.CharField(
+        required=False, max_length=100, help_text="In the name, or a job or Slurm id (#12)."
+    )
+
+    def validate_state(self, value: str) -> list[str]:
+        states = [s.strip() for s in value.split(",") if s.strip()]
+        unknown = [s for s in states if s not in JobState.values]
+        if unknown:
+            raise serializers.ValidationError(
+                f"Unknown state {unknown[0]!r}; use {', '.join(JobState.values)}."
+            )
+        return states
+
+
+class OutputQuerySerializer(serializers.Serializer):
+    stream = serializers.ChoiceField(choices=["stdout", "stderr"], default="stdout")
+    tail = serializers.IntegerField(
+        required=False, min_value=0, max_value=1_000_000, help_text="Only the last N lines."
+    )
+    array_task = serializers.IntegerField(
+        required=False, min_value=0, max_value=INT32, help_text="The array task's index."
+    )
+
+
+# Job lists: 100,000 jobs of one user page by (created_at, id), never by OFFSET.
+
+
+class JobPagination(CursorPagination):
+    ordering = ("-created_at", "-id")
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 200
+
+    def decode_cursor(self, request):
+        try:
+            return super().decode_cursor(request)
+        except exceptions.NotFound:
+            raise exceptions.ValidationError(
+                {"cursor": ["This cursor is not one the API gave out; follow the next link."]}
+            ) from None
+
+
+def jobs_listed(
+    user: User, *, project: str = "", states: list[str] | None = None, search: str = ""
+) -> QuerySet[Job]:
+    """The user's own jobs; with ``project``, that project's — all of them for its PI and
+    co-PIs, the user's own for a member."""
+    jobs = jobs_visible_to(user)
+    if project:
+        membership = Membership.objects.filter(user=user, project__slug=project).first()
+        if membership is None:
+            raise exceptions.ValidationError(
+                {"project": [f"You are not a member of a project {project!r}."]}
+            )
+        jobs = jobs.filter(project_id=membership.project_id)
+        if membership.role not in LEADS:
+            jobs = jobs.filter(owner=user)
+    else:
+        jobs = jobs.filter(owner=user)
+    if states:
+        jobs = jobs.filter(state__in=states)
+    if search:
+        match = Q(name__icontains=search)
+        if search.lstrip("#").isdigit() and int(search.lstrip("#")) <= INT64:
+            number = int(search.lstrip("#"))
+            match |= Q(pk=number) | Q(slurm_job_id=number)
+        jobs = jobs.filter(match)
+    return jobs.defer("script", "rendered_script").prefetch_related(
+        Prefetch("depends_on", queryset=Job.objects.only("id"))
+    )
+
+
+def _idempotency_key(request: Request) -> str:
+    key = request.headers.get("Idempotency-Key", "")
+    if key and not (len(key) <= 200 and all("!" <= char <= "~" for char in key)):
+        raise exceptions.ValidationError(
+            {"Idempotency-Key": ["Use 1 to 200 visible ASCII characters, e.g. a UUID."]}
+        )
+    return key
+
+
+class JobList(ListAPIView):
+    serializer_class = JobListItemSerializer
+    pagination_class = JobPagination
+    api_errors = {
+        "get": {400: "invalid: an unknown state, a project that is not yours, or a bad cursor."},
+        "post": {
+            400: "invalid: `fields` names each field to fix (Slurm's limits, paths, script).",
+            403: "permission_denied: your role does not allow this.",
+            409: "quota_exceeded: the project cannot cover the job (with requested_gpu_hours "
+            "and available_gpu_hours); idempotency_conflict: the key was used with another "
+            "body.",
+            503: None,
+        },
+    }
+
+    def get_queryset(self) -> QuerySet[Job]:
+        params = query(JobListQuerySerializer, self.request)
+        return jobs_listed(
+            caller(self.request),
+            project=params.get("project", ""),
+            states=params.get("state"),
+            search=params.get("search", ""),
+        )
+
+    @extend_schema(
+        tags=["jobs"],
+        summary="Your jobs, newest first; a PI or co-PI passing project= gets the project's",
+        parameters=[JobListQuerySerializer],
+    )
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+    @extend_schema(
+        tags=["jobs"],
+        summary="Create a job: checked, priced, its GPU-hours held, then submitted",
+        description="With an `Idempotency-Key` header a repeat of the same body returns "
+        "the first job (201 again, header `Idempotent-Replayed: true`); the same key with "
+        "another body is refused with 409 `idempotency_conflict`.",
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                str,
+                OpenApiParameter.HEADER,
+                description="1 to 200 visible ASCII characters, e.g. a UUID.",
+            )
+        ],
+        request=JobRequestSerializer,
+        responses={201: JobDetailSerializer},
+        examples=[JOB_REQUEST_EXAMPLE],
+    )
+    def post(self, request: Request) -> Response:
+        serializer = JobRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        key = _idempotency_key(request)
+        replayed = False
+        if key:
+            try:
+                job, replayed = job_create_once(
+                    user=caller(request),
+                    key=key,
+                    canonical=serializer.canonical(),
+                    request=serializer.job_request(),
+                )
+            except IdempotencyConflict:
+                raise Conflict(
+                    "This Idempotency-Key was used with another request body; "
+                    "use a new key for a new job.",
+                    code="idempotency_conflict",
+                ) from None
+        else:
+            job = job_create(user=caller(request), request=serializer.job_request())
+        response = Response(
+            JobDetailSerializer(job_detail(caller(request), job.pk)).data,
+            status=status.HTTP_201_CREATED,
+        )
+        if replayed:
+            response["Idempotent-Replayed"] = "true"
+        return response
+
+
+class JobEstimate(APIView):
+    api_errors = {
+        "post": {
+            400: "invalid: `fields` names each field to fix.",
+            503: None,
+        }
+    }
+
+    @extend_schema(
+        tags=["jobs"],
+        summary="What a job would cost and when it would start; saves nothing",
+        request=JobRequestSerializer,
+        responses=EstimateSerializer,
+        examples=[JOB_REQUEST_EXAMPLE],
+    )
+    def post(self, request: Request) -> Response:
+        serializer = JobRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        estimate = job_estimate(user=caller(request), request=serializer.job_request())
+        return Response(EstimateSerializer(estimate).data)
+
+
+def visible_job(user: User, pk: int) -> Job:
+    try:
+        return job_detail(user, pk)
+    except Job.DoesNotExist:
+        raise exceptions.NotFound(f"There is no job {pk} of yours.") from None
+
+
+class JobDetail(APIView):
+    @extend_schema(
+        tags=["jobs"],
+        summary="One job, with its timeline of events",
+        responses=JobDetailSerializer,
+    )
+    def get(self, request: Request, pk: int) -> Response:
+        return Response(JobDetailSerializer(visible_job(caller(request), pk)).data)
+
+
+class _JobAction(APIView):
+    verb = ""
+    api_errors = {
+        "post": {
+            400: "invalid: the job has already ended (or, to hold, is not pending).",
+            403: "permission_denied: only the job's owner or the project's PI or co-PI.",
+        }
+    }
+
+    def post(self, request: Request, pk: int) -> Response:
+        job = visible_job(caller(request), pk)
+        act = {"cancel": job_cancel, "hold": job_hold, "release": job_release}[self.verb]
+        act(user=caller(request), job=job)
+        return Response(
+            JobDetailSerializer(visible_job(caller(request), pk)).data,
+            status=status.HTTP_202_ACCEPTED,
+        )
+
+
+class JobCancel(_JobAction):
+    verb = "cancel"
+
+    @extend_schema(
+        tags=["jobs"],
+        summary="Cancel a job: one not in Slurm yet ends now, one in Slurm is scancelled",
+        request=None,
+        responses={202: JobDetailSerializer},
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        return super().post(request, pk)
+
+
+class JobHold(_JobAction):
+    verb = "hold"
+
+    @extend_schema(
+        tags=["jobs"],
+        summary="Hold a job pending in Slurm's queue",
+        request=None,
+        responses={202: JobDetailSerializer},
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        return super().post(request, pk)
+
+
+class JobRelease(_JobAction):
+    verb = "release"
+
+    @extend_schema(
+        tags=["jobs"],
+        summary="Release a held job",
+        request=None,
+        responses={202: JobDetailSerializer},
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        return super().post(request, pk)
+
+
+class JobOutput(APIView):
+    api_errors = {
+        "get": {
+            400: "invalid: stream, tail or array_task is not valid.",
+            404: "not_found: no such job of yours; output_unavailable: the job has not "
+            "written the file yet, or the portal may not show it (the message says why).",
+        }
+    }
+
+    @extend_schema(
+        tags=["jobs"],
+        summary="The end of a job's stdout or stderr",
+        parameters=[OutputQuerySerializer],
+        responses=OutputSerializer,
+    )
+    def get(self, request: Request, pk: int) -> Response:
+        params = query(OutputQuerySerializer, request)
+        job = visible_job(caller(request), pk)
+        output = job_output(
+            job,
+            stream=params["stream"],
+            tail_lines=params.get("tail"),
+            array_task=params.get("array_task"),
+        )
+        return Response(OutputSerializer(output).data)
+
+
+# Templates.
+
+DEFAULT_FIELDS = sorted(TEMPLATE_FIELDS - {"script"})
+
+
+class TemplateSerializer(serializers.ModelSerializer):
+    owner = related("username", null=True)
+    project = related("slug", null=True)
+    defaults = serializers.DictField(
+        read_only=True, help_text="Values of job request fields, used where a job gives none."
+    )
+
+    class Meta:
+        model = JobTemplate
+        fields = [
+            "id",
+            "name",
+            "description",
+            "scope",
+            "owner",
+            "project",
+            "defaults",
+            "script",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class TemplateCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100)
+    description = serializers.CharField(required=False, allow_blank=True, max_length=10_000)
+    scope = serializers.ChoiceField(choices=JobTemplate.Scope.choices, default="user")
+    project = serializers.CharField(
+        required=False, allow_null=True, help_text="The project's slug, for scope=project."
+    )
+    defaults = serializers.DictField(
+        required=False,
+        help_text="Job request fields and their default values: " + ", ".join(DEFAULT_FIELDS),
+    )
+    script = serializers.CharField(trim_whitespace=False)
+
+    def validate_defaults(self, defaults: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(defaults) - set(DEFAULT_FIELDS))
+        if unknown:
+            raise serializers.ValidationError(
+                f"{', '.join(unknown)}: not a job field a template sets; "
+                f"use {', '.join(DEFAULT_FIELDS)}."
+            )
+        values = JobRequestSerializer(data=defaults)
+        if not values.is_valid():
+            raise serializers.ValidationError(values.errors)
+        return values.canonical()
+
+
+class TemplateList(APIView):
+    api_errors = {
+        "post": {
+            403: "permission_denied: project templates are for the project's PI and co-PIs, "
+            "global ones for allocation managers.",
+        }
+    }
+
+    @extend_schema(
+        tags=["templates"],
+        summary="Templates you can use: yours, your projects', and global ones",
+        responses=TemplateSerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        templates = templates_for(caller(request)).select_related("owner", "project")
+        return Response(TemplateSerializer(templates, many=True).data)
+
+    @extend_schema(
+        tags=["templates"],
+        summary="Create a template: yours, shared with a project you lead, or global",
+        request=TemplateCreateSerializer,
+        responses={201: TemplateSerializer},
+    )
+    def post(self, request: Request) -> Response:
+        serializer = TemplateCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        user = caller(request)
+        project = None
+        if data["scope"] == JobTemplate.Scope.PROJECT:
+            if not data.get("project"):
+                message = "Name the project to share it with."
+                raise exceptions.ValidationError({"project": [message]})
+            project = member_project(user, data["project"])  # another's project: 404
+        template = job_template_create(
+            user=user,
+            name=data["name"],
+            scope=data["scope"],
+            project=project,
+            defaults=data.get("defaults", {}),
+            script=data["script"],
+            description=data.get("description", ""),
+        )
+        return Response(TemplateSerializer(template).data, status=status.HTTP_201_CREATED)
