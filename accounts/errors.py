@@ -1,13 +1,19 @@
 """Domain errors of the bank; the API and pages turn them into messages."""
 
+from django.utils.formats import number_format
+from django.utils.translation import gettext as _
+
 
 class QuotaExceeded(Exception):
     """A hold asked for more GPU-hours than the project has available."""
 
     def __init__(self, *, requested_gpu_hours: float, available_gpu_hours: float) -> None:
         super().__init__(
-            f"This needs {requested_gpu_hours:,.2f} GPU-hours but only "
-            f"{max(available_gpu_hours, 0):,.2f} are available."
+            _("This needs %(requested)s GPU-hours but only %(available)s are available.")
+            % {
+                "requested": number_format(requested_gpu_hours, 2, force_grouping=True),
+                "available": number_format(max(available_gpu_hours, 0), 2, force_grouping=True),
+            }
         )
         self.requested_gpu_hours = requested_gpu_hours
         self.available_gpu_hours = available_gpu_hours

@@ -13,6 +13,8 @@ import datetime as dt
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
+from django.utils.formats import date_format
+from django.utils.translation import gettext as _
 
 from accounts.errors import AllocationOverlap, NoActiveAllocation, QuotaExceeded
 from accounts.models import Allocation, LedgerEntry, Project, User
@@ -82,7 +84,10 @@ def active_allocation(
         .first()
     )
     if allocation is None:
-        raise NoActiveAllocation(f"{project} has no active allocation on {cluster} on {day}.")
+        raise NoActiveAllocation(
+            _("%(project)s has no active allocation on %(cluster)s on %(day)s.")
+            % {"project": project, "cluster": cluster, "day": date_format(day)}
+        )
     return allocation
 
 
@@ -99,7 +104,7 @@ def allocation_grant(
 ) -> Allocation:
     """Create an active allocation and grant it its GPU-hours, in one transaction."""
     if gpu_hours <= 0:
-        raise ValueError("An allocation grants a positive number of GPU-hours.")
+        raise ValueError(_("An allocation grants a positive number of GPU-hours."))
     allocation = Allocation(
         project=project,
         cluster=cluster,
@@ -121,9 +126,16 @@ def allocation_grant(
         ).first()
         if overlapping is not None:
             raise AllocationOverlap(
-                f"{project} already has an allocation on {cluster} from "
-                f"{overlapping.starts_on} to {overlapping.ends_on}; adjust it instead of "
-                "granting a second one for the same days."
+                _(
+                    "%(project)s already has an allocation on %(cluster)s from %(start)s to "
+                    "%(end)s; adjust it instead of granting a second one for the same days."
+                )
+                % {
+                    "project": project,
+                    "cluster": cluster,
+                    "start": date_format(overlapping.starts_on),
+                    "end": date_format(overlapping.ends_on),
+                }
             )
         allocation.save()
         _append(
@@ -142,13 +154,13 @@ def allocation_adjust(
 ) -> LedgerEntry:
     """Add (or, negative, take away) GPU-seconds; a reason is required."""
     if not reason.strip():
-        raise ValueError("An adjustment needs a reason.")
+        raise ValueError(_("An adjustment needs a reason."))
     if gpu_seconds == 0:
-        raise ValueError("An adjustment of zero changes nothing.")
+        raise ValueError(_("An adjustment of zero changes nothing."))
     with transaction.atomic():
         locked = _locked(allocation.pk)
         if locked.granted_gpu_seconds + gpu_seconds < 0:
-            raise ValueError("An adjustment cannot take away more than was granted.")
+            raise ValueError(_("An adjustment cannot take away more than was granted."))
         return _append(
             allocation=locked,
             kind=LedgerEntry.Kind.ADJUST,
@@ -276,13 +288,13 @@ def allocation_revoke(*, allocation: Allocation, actor: User, reason: str) -> Le
     even when nothing is left, so the revocation is in the books). Hours held by
     running jobs stay held; those jobs are charged as usual. A repeat is a no-op."""
     if not reason.strip():
-        raise ValueError("Say why the allocation is revoked: the reason is kept in the ledger.")
+        raise ValueError(_("Say why the allocation is revoked: the reason is kept in the ledger."))
     with transaction.atomic():
         locked = _locked(allocation.pk)
         if locked.state == Allocation.State.REVOKED:
             return None
         if locked.state == Allocation.State.EXPIRED:
-            raise ValueError("This allocation has already expired; its unused hours lapsed.")
+            raise ValueError(_("This allocation has already expired; its unused hours lapsed."))
         entry = _append(
             allocation=locked,
             kind=LedgerEntry.Kind.EXPIRE,

@@ -8,6 +8,7 @@ import datetime as dt
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from accounts.errors import NotAllowed
 from accounts.groups import ALLOCATION_MANAGERS
@@ -39,7 +40,7 @@ def allocation_request_create(
         role__in=[Membership.Role.PI, Membership.Role.CO_PI],
     ).exists()
     if not may_ask:
-        raise NotAllowed("Only the project's PI or a co-PI can ask for GPU-hours.")
+        raise NotAllowed(_("Only the project's PI or a co-PI can ask for GPU-hours."))
     request = AllocationRequest(
         project=project,
         cluster=cluster,
@@ -56,10 +57,13 @@ def allocation_request_create(
 
 def _decide(request_id: int, manager: User) -> AllocationRequest:
     if not is_allocation_manager(manager):
-        raise NotAllowed("Only an allocation manager can decide on a request.")
+        raise NotAllowed(_("Only an allocation manager can decide on a request."))
     request = AllocationRequest.objects.select_for_update().get(pk=request_id)
     if request.state != AllocationRequest.State.PENDING:
-        raise NotAllowed(f"This request was already {request.get_state_display().lower()}.")
+        raise NotAllowed(
+            _("This request was already %(state)s.")
+            % {"state": request.get_state_display().lower()}
+        )
     return request
 
 
@@ -89,7 +93,7 @@ def allocation_request_deny(
     *, request: AllocationRequest, manager: User, comment: str
 ) -> AllocationRequest:
     if not comment.strip():
-        raise ValueError("Say why the request is denied: the PI reads the comment.")
+        raise ValueError(_("Say why the request is denied: the PI reads the comment."))
     with transaction.atomic():
         locked = _decide(request.pk, manager)
         locked.state = AllocationRequest.State.DENIED

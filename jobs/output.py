@@ -15,6 +15,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from django.utils.translation import gettext as _
+
 from jobs.errors import OutputUnavailable
 from jobs.paths import is_inside
 
@@ -54,8 +56,11 @@ def expand_output_pattern(
         code = match[1]
         if code == "N" and node is None:
             raise OutputUnavailable(
-                "The output path uses %N (the node name), and the portal does not know "
-                "which node ran the job yet."
+                _(
+                    "The output path uses %(pattern)s (the node name), and the portal does not "
+                    "know which node ran the job yet."
+                )
+                % {"pattern": "%N"}
             )
         values = {
             "%": "%",
@@ -76,11 +81,12 @@ def _open_folder(folder: str, roots: list[Path]) -> int:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
         raise OutputUnavailable(
-            f"{folder} does not exist yet: the job has not written it."
+            _("%(folder)s does not exist yet: the job has not written it.") % {"folder": folder}
         ) from None
     except OSError as error:
         raise OutputUnavailable(
-            f"The folder {folder} cannot be opened ({error.strerror})."
+            _("The folder %(folder)s cannot be opened (%(error)s).")
+            % {"folder": folder, "error": error.strerror}
         ) from None
     # The folder actually opened, whatever symlinks led to it (Linux's
     # /proc); elsewhere realpath, which a racing symlink swap could fool.
@@ -91,9 +97,22 @@ def _open_folder(folder: str, roots: list[Path]) -> int:
     if not is_inside(real, roots):
         os.close(fd)
         raise OutputUnavailable(
-            f"{folder} is outside the owner's allowed folders; the portal does not show it."
+            _("%(folder)s is outside the owner's allowed folders; the portal does not show it.")
+            % {"folder": folder}
         )
     return fd
+
+
+def _not_written(path: str) -> str:
+    return _("The job has not written %(path)s yet.") % {"path": path}
+
+
+def _symbolic_link(path: str) -> str:
+    return _("%(path)s is a symbolic link; the portal only shows plain files.") % {"path": path}
+
+
+def _not_regular(path: str) -> str:
+    return _("%(path)s is not a regular file; the portal only shows plain files.") % {"path": path}
 
 
 def _open_file(
@@ -104,30 +123,32 @@ def _open_file(
     try:
         before = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
     except FileNotFoundError:
-        raise OutputUnavailable(f"The job has not written {path} yet.") from None
+        raise OutputUnavailable(_not_written(path)) from None
     if stat.S_ISLNK(before.st_mode):
-        raise OutputUnavailable(f"{path} is a symbolic link; the portal only shows plain files.")
+        raise OutputUnavailable(_symbolic_link(path))
     if not stat.S_ISREG(before.st_mode):
-        raise OutputUnavailable(f"{path} is not a regular file; the portal only shows plain files.")
+        raise OutputUnavailable(_not_regular(path))
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     try:
         fd = os.open(name, flags, dir_fd=folder_fd)
     except FileNotFoundError:
-        raise OutputUnavailable(f"The job has not written {path} yet.") from None
+        raise OutputUnavailable(_not_written(path)) from None
     except OSError as error:
         if error.errno == errno.ELOOP:  # swapped for a symlink since the look
-            raise OutputUnavailable(
-                f"{path} is a symbolic link; the portal only shows plain files."
-            ) from None
-        raise OutputUnavailable(f"{path} cannot be read ({error.strerror}).") from None
+            raise OutputUnavailable(_symbolic_link(path)) from None
+        raise OutputUnavailable(
+            _("%(path)s cannot be read (%(error)s).") % {"path": path, "error": error.strerror}
+        ) from None
     # What was opened is what counts: it may have been swapped since the look.
     opened = os.fstat(fd)
     if not stat.S_ISREG(opened.st_mode):
         os.close(fd)
-        raise OutputUnavailable(f"{path} is not a regular file; the portal only shows plain files.")
+        raise OutputUnavailable(_not_regular(path))
     if opened.st_uid != owner_uid:
         os.close(fd)
-        raise OutputUnavailable(f"{path} belongs to another user; it is not yours to read.")
+        raise OutputUnavailable(
+            _("%(path)s belongs to another user; it is not yours to read.") % {"path": path}
+        )
     return fd, opened
 
 
@@ -157,7 +178,7 @@ def read_output(
     if tail_lines is not None and tail_lines < 0:
         raise ValueError("tail_lines cannot be negative")
     if not os.path.isabs(path) or "\x00" in path:
-        raise OutputUnavailable(f"{path!r} is not an absolute path.")
+        raise OutputUnavailable(_("%(path)s is not an absolute path.") % {"path": repr(path)})
     folder, name = os.path.split(os.path.normpath(path))
     folder_fd = _open_folder(folder, roots)
     try:

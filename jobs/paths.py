@@ -13,6 +13,9 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
 from jobs.errors import JobInvalid
 
 MAX_PATH_LENGTH = 1024
@@ -24,13 +27,17 @@ _PATH_CHARACTERS = re.compile(r"[A-Za-z0-9/._+@=,-]")
 # the output back (jobs/output.py). Slurm's padding (%4j) and the per-step
 # ones (%s, %t, %n, %J) are left out: they are not one file per job.
 OUTPUT_PATTERNS = frozenset("jAaxuN%")
-_CHARACTER_NAMES = {" ": "a space", "\n": "a newline", "\r": "a carriage return", "\t": "a tab"}
-ALLOWED_CHARACTERS_TEXT = "letters, digits and / . _ - + @ = ,"
+_CHARACTER_NAMES = {
+    " ": gettext_lazy("a space"),
+    "\n": gettext_lazy("a newline"),
+    "\r": gettext_lazy("a carriage return"),
+    "\t": gettext_lazy("a tab"),
+}
 
 
 def describe_character(char: str) -> str:
     """A character as a user can read it in a message (spaces and newlines are invisible)."""
-    return _CHARACTER_NAMES.get(char, repr(char))
+    return str(_CHARACTER_NAMES.get(char, repr(char)))
 
 
 def path_character_error(path: str, *, patterns: bool) -> str | None:
@@ -41,19 +48,28 @@ def path_character_error(path: str, *, patterns: bool) -> str | None:
         if char == "%" and patterns:
             code = path[index + 1 : index + 2]
             if code not in OUTPUT_PATTERNS:
-                return (
-                    f"'%{code}' is not a filename pattern the portal supports; "
-                    "use %j, %A, %a, %x, %u, %N or %% (a literal %)."
-                )
+                return _(
+                    "'%(pattern)s' is not a filename pattern the portal supports; "
+                    "use %%j, %%A, %%a, %%x, %%u, %%N or %%%% (a literal %%)."
+                ) % {"pattern": "%" + code}
             index += 2
             continue
         if not _PATH_CHARACTERS.fullmatch(char):
-            allowed = ALLOWED_CHARACTERS_TEXT + (
-                " and Slurm's %j-style patterns" if patterns else ""
-            )
+            where = {"character": describe_character(char), "position": index + 1}
+            if patterns:
+                return (
+                    _(
+                        "It contains %(character)s at position %(position)s; paths may only use "
+                        "letters, digits and / . _ - + @ = , and Slurm's %%j-style patterns."
+                    )
+                    % where
+                )
             return (
-                f"It contains {describe_character(char)} at position {index + 1}; "
-                f"paths may only use {allowed}."
+                _(
+                    "It contains %(character)s at position %(position)s; paths may only use "
+                    "letters, digits and / . _ - + @ = ,."
+                )
+                % where
             )
         index += 1
     return None
@@ -70,8 +86,11 @@ def allowed_roots(posix_user: str, templates: list[str]) -> list[Path]:
     except (KeyError, ValueError):  # ValueError: a NUL in the name
         raise JobInvalid.one(
             "__all__",
-            f"The POSIX user '{posix_user}' does not exist on the cluster; "
-            "ask an administrator to create it or to correct your POSIX username.",
+            _(
+                "The POSIX user '%(user)s' does not exist on the cluster; "
+                "ask an administrator to create it or to correct your POSIX username."
+            )
+            % {"user": posix_user},
         ) from None
     roots: list[Path] = []
     for template in templates:
@@ -92,7 +111,7 @@ def is_inside(path: str, roots: Iterable[Path]) -> bool:
 
 
 def _roots_text(roots: Iterable[Path]) -> str:
-    return ", ".join(str(root) for root in roots) or "none are configured"
+    return ", ".join(str(root) for root in roots) or _("none are configured")
 
 
 def lexical_path_error(path: str, *, patterns: bool) -> str | None:
@@ -101,15 +120,20 @@ def lexical_path_error(path: str, *, patterns: bool) -> str | None:
     ``patterns`` allows Slurm's filename patterns, for output paths.
     """
     if not path:
-        return "Give an absolute path, starting with /."
+        return _("Give an absolute path, starting with /.")
     if len(path) > MAX_PATH_LENGTH:
-        return f"The path is {len(path)} characters long; use at most {MAX_PATH_LENGTH}."
+        return _("The path is %(length)s characters long; use at most %(max)s.") % {
+            "length": len(path),
+            "max": MAX_PATH_LENGTH,
+        }
     if problem := path_character_error(path, patterns=patterns):
         return problem
     if not path.startswith("/"):
-        return f"'{path}' is not an absolute path; start it with /."
+        return _("'%(path)s' is not an absolute path; start it with /.") % {"path": path}
     if ".." in path.split("/"):
-        return f"'{path}' contains '..'; write the folder without going up a level."
+        return _("'%(path)s' contains '..'; write the folder without going up a level.") % {
+            "path": path
+        }
     return None
 
 
@@ -117,7 +141,11 @@ def _checked(path: str, *, roots: Iterable[Path], field: str, patterns: bool) ->
     """The lexically normalised ``path`` after every check, or JobInvalid on ``field``."""
     roots = list(roots)
     if problem := lexical_path_error(path, patterns=patterns):
-        raise JobInvalid.one(field, f"{problem} Allowed folders: {_roots_text(roots)}.")
+        raise JobInvalid.one(
+            field,
+            _("%(problem)s Allowed folders: %(roots)s.")
+            % {"problem": problem, "roots": _roots_text(roots)},
+        )
     # normpath keeps a leading "//" (POSIX lets it mean something else); collapse it.
     normal = "/" + posixpath.normpath(path).lstrip("/")
     # realpath resolves every existing component (and a dangling symlink's
@@ -125,8 +153,11 @@ def _checked(path: str, *, roots: Iterable[Path], field: str, patterns: bool) ->
     if not is_inside(os.path.realpath(normal), roots):
         raise JobInvalid.one(
             field,
-            f"'{normal}' is outside your allowed folders ({_roots_text(roots)}), "
-            "or a symbolic link in it leads outside them; choose a path inside one of them.",
+            _(
+                "'%(path)s' is outside your allowed folders (%(roots)s), or a symbolic link "
+                "in it leads outside them; choose a path inside one of them."
+            )
+            % {"path": normal, "roots": _roots_text(roots)},
         )
     return normal
 
@@ -138,7 +169,9 @@ def check_directory(path: str, *, roots: Iterable[Path], field: str) -> str:
     """
     normal = _checked(path, roots=roots, field=field, patterns=False)
     if os.path.exists(normal) and not os.path.isdir(normal):
-        raise JobInvalid.one(field, f"'{normal}' is a file, not a folder; choose a folder.")
+        raise JobInvalid.one(
+            field, _("'%(path)s' is a file, not a folder; choose a folder.") % {"path": normal}
+        )
     return normal
 
 

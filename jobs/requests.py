@@ -14,6 +14,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import Q
+from django.utils.translation import gettext as _
 
 from accounts.models import Membership, Project, User
 from clusters.models import Cluster, Partition
@@ -100,7 +101,10 @@ def _with_defaults(request: JobRequest, user: User) -> tuple[dict[str, Any], Job
     if request.template is not None:
         template = templates_visible_to(user).filter(pk=request.template).first()
         if template is None:
-            raise JobInvalid.one("template", f"There is no template {request.template} for you.")
+            raise JobInvalid.one(
+                "template",
+                _("There is no template %(id)s for you.") % {"id": request.template},
+            )
         values.update({k: v for k, v in template.defaults.items() if k in TEMPLATE_FIELDS})
         values["script"] = template.script
     values.update({k: v for k, v in dataclasses.asdict(request).items() if v is not None})
@@ -109,12 +113,14 @@ def _with_defaults(request: JobRequest, user: User) -> tuple[dict[str, Any], Job
 
 def _project(user: User, slug: str | None) -> Project:
     if not slug:
-        raise JobInvalid.one("project", "Choose the project that pays for the job.")
+        raise JobInvalid.one("project", _("Choose the project that pays for the job."))
     membership = (
         Membership.objects.filter(user=user, project__slug=slug).select_related("project").first()
     )
     if membership is None:
-        raise JobInvalid.one("project", f"You are not a member of a project {slug!r}.")
+        raise JobInvalid.one(
+            "project", _("You are not a member of a project %(slug)s.") % {"slug": repr(slug)}
+        )
     return membership.project
 
 
@@ -123,11 +129,13 @@ def _cluster(name: str | None) -> Cluster:
     if name:
         cluster = clusters.filter(name=name).first()
         if cluster is None:
-            raise JobInvalid.one("cluster", f"There is no cluster {name!r}.")
+            raise JobInvalid.one(
+                "cluster", _("There is no cluster %(name)s.") % {"name": repr(name)}
+            )
         return cluster
     found = list(clusters[:2])
     if len(found) != 1:
-        raise JobInvalid.one("cluster", "Choose a cluster: the portal has more than one.")
+        raise JobInvalid.one("cluster", _("Choose a cluster: the portal has more than one."))
     return found[0]
 
 
@@ -137,11 +145,20 @@ def _partition(cluster: Cluster, name: str | None) -> Partition:
         partitions.filter(name=name).first() if name else partitions.filter(is_default=True).first()
     )
     if partition is None:
-        known = ", ".join(partitions.values_list("name", flat=True)) or "none synced yet"
-        what = f"There is no partition {name!r}" if name else "The cluster has no default partition"
-        raise JobInvalid.one("partition", f"{what} on {cluster}; choose one of: {known}.")
+        known = ", ".join(partitions.values_list("name", flat=True)) or _("none synced yet")
+        where = {"name": repr(name), "cluster": cluster, "known": known}
+        if name:
+            message = _("There is no partition %(name)s on %(cluster)s; choose one of: %(known)s.")
+        else:
+            message = _(
+                "The cluster has no default partition on %(cluster)s; choose one of: %(known)s."
+            )
+        raise JobInvalid.one("partition", message % where)
     if not partition.is_up:
-        raise JobInvalid.one("partition", f"Partition {partition.name} is down; choose another.")
+        raise JobInvalid.one(
+            "partition",
+            _("Partition %(name)s is down; choose another.") % {"name": partition.name},
+        )
     return partition
 
 
@@ -150,12 +167,15 @@ def _dependencies(user: User, ids: tuple[int, ...] | list[int]) -> list[Job]:
     found = {job.pk: job for job in Job.objects.filter(owner=user, pk__in=wanted)}
     missing = [str(i) for i in wanted if i not in found]
     if missing:
-        raise JobInvalid.one("depends_on", f"You have no job {', '.join(missing)}.")
+        raise JobInvalid.one(
+            "depends_on", _("You have no job %(ids)s.") % {"ids": ", ".join(missing)}
+        )
     failed = [f"#{job.pk}" for job in found.values() if job.state in DEPENDENCY_NEVER_OK]
     if failed:
         raise JobInvalid.one(
             "depends_on",
-            f"{', '.join(failed)} ended without success, so this job could never start.",
+            _("%(jobs)s ended without success, so this job could never start.")
+            % {"jobs": ", ".join(failed)},
         )
     return list(found.values())
 
@@ -181,7 +201,7 @@ def _int(values: dict[str, Any], name: str, *, optional: bool = False) -> int | 
         try:
             return int(str(value))
         except ValueError:
-            raise JobInvalid.one(name, "Give a whole number.") from None
+            raise JobInvalid.one(name, _("Give a whole number.")) from None
     return value
 
 
@@ -191,7 +211,8 @@ def home_of(posix_user: str) -> str:
     except KeyError:
         raise JobInvalid.one(
             "__all__",
-            f"Your Unix login {posix_user!r} does not exist on this host; ask an administrator.",
+            _("Your Unix login %(login)s does not exist on this host; ask an administrator.")
+            % {"login": repr(posix_user)},
         ) from None
 
 
@@ -200,7 +221,7 @@ def job_prepare(*, user: User, request: JobRequest, submit_token: str = "") -> P
     render its script and price it; raise JobInvalid naming each field to fix."""
     if not user.posix_username:
         raise JobInvalid.one(
-            "__all__", "Your account has no Unix login yet; ask an administrator to set one."
+            "__all__", _("Your account has no Unix login yet; ask an administrator to set one.")
         )
     values, template = _with_defaults(request, user)
     project = _project(user, values.get("project"))
@@ -228,7 +249,7 @@ def job_prepare(*, user: User, request: JobRequest, submit_token: str = "") -> P
     )
     environment = values.get("environment") or {}
     if not isinstance(environment, dict):
-        raise JobInvalid.one("environment", "Give the environment as names and values.")
+        raise JobInvalid.one("environment", _("Give the environment as names and values."))
     dependencies = _dependencies(user, values.get("depends_on") or ())
     spec = scripts.JobSpec(
         name=str(values.get("name") or ""),

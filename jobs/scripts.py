@@ -16,6 +16,9 @@ import re
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal, localcontext
 
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
+
 from jobs.errors import JobInvalid
 from jobs.paths import describe_character, lexical_path_error
 
@@ -74,8 +77,12 @@ class JobSpec:
 def _duration(minutes: int) -> str:
     days, rest = divmod(minutes, 24 * 60)
     hours, mins = divmod(rest, 60)
-    parts = [(days, "day"), (hours, "hour"), (mins, "minute")]
-    return " ".join(f"{n} {unit}{'s' if n != 1 else ''}" for n, unit in parts if n) or "0 minutes"
+    parts = [
+        ngettext("%(n)s day", "%(n)s days", days) % {"n": days} if days else "",
+        ngettext("%(n)s hour", "%(n)s hours", hours) % {"n": hours} if hours else "",
+        ngettext("%(n)s minute", "%(n)s minutes", mins) % {"n": mins} if mins else "",
+    ]
+    return " ".join(part for part in parts if part) or _("0 minutes")
 
 
 def _shown(text: str, limit: int = 40) -> str:
@@ -83,19 +90,23 @@ def _shown(text: str, limit: int = 40) -> str:
 
 
 def _name_error(value: str, what: str) -> str | None:
+    """``what`` is the field's translated name ("job name", "account", "partition")."""
     if not value:
-        return f"Give a {what}."
+        return _("Give a %(what)s.") % {"what": what}
     if len(value) > 64:
-        return f"The {what} is {len(value)} characters long; use at most 64."
+        return _("The %(what)s is %(length)s characters long; use at most 64.") % {
+            "what": what,
+            "length": len(value),
+        }
     for index, char in enumerate(value):
         if not _NAME.fullmatch(char):
-            return (
-                f"The {what} contains {describe_character(char)} at position {index + 1}; "
+            return _(
+                "The %(what)s contains %(character)s at position %(position)s; "
                 "use only letters, digits, '.', '_' and '-'."
-            )
+            ) % {"what": what, "character": describe_character(char), "position": index + 1}
     if not value.strip("."):
         # %x in an output path would turn such a name into "." or "..".
-        return f"A {what} of only dots is not allowed; add a letter or digit."
+        return _("A %(what)s of only dots is not allowed; add a letter or digit.") % {"what": what}
     return None
 
 
@@ -105,32 +116,52 @@ def array_indices(array: str) -> frozenset[int]:
     def invalid(message: str) -> JobInvalid:
         return JobInvalid.one("array", message)
 
-    body, _, limit = array.partition("%")
+    body, _percent, limit = array.partition("%")
     if limit and not _ARRAY_LIMIT.fullmatch("%" + limit):
-        raise invalid(f"After '%' give how many tasks may run at once, e.g. 0-9%2 (not %{limit}).")
+        raise invalid(
+            _("After '%%' give how many tasks may run at once, e.g. 0-9%%2 (not %(given)s).")
+            % {"given": "%" + limit}
+        )
     if limit and int(limit) < 1:
-        raise invalid("At least one task must be allowed to run at once; use %1 or more.")
+        raise invalid(
+            _("At least one task must be allowed to run at once; use %(example)s or more.")
+            % {"example": "%1"}
+        )
     total = 0
     ranges: list[range] = []
     for item in body.split(","):
         match = _ARRAY_ITEM.fullmatch(item)
         if not match:
             raise invalid(
-                f"'{item}' is not an array index or range; write e.g. 0-9, 1,3,5, 0-15:4 or 0-9%2."
+                _(
+                    "'%(item)s' is not an array index or range; "
+                    "write e.g. 0-9, 1,3,5, 0-15:4 or 0-9%%2."
+                )
+                % {"item": item}
             )
         first = int(match[1])
         last = int(match[2]) if match[2] else first
         step = int(match[3]) if match[3] else 1
         if last < first:
-            raise invalid(f"'{item}' counts down; write the lower index first.")
+            raise invalid(
+                _("'%(item)s' counts down; write the lower index first.") % {"item": item}
+            )
         if step < 1:
-            raise invalid(f"'{item}' has a step of 0; use a step of 1 or more.")
+            raise invalid(
+                _("'%(item)s' has a step of 0; use a step of 1 or more.") % {"item": item}
+            )
         if last > MAX_ARRAY_INDEX:
-            raise invalid(f"Array indices go up to {MAX_ARRAY_INDEX}; '{item}' goes beyond.")
+            raise invalid(
+                _("Array indices go up to %(max)s; '%(item)s' goes beyond.")
+                % {"max": MAX_ARRAY_INDEX, "item": item}
+            )
         # Count before building the set, so "0-4000000" costs nothing to refuse.
         total += len(range(first, last + 1, step))
         if total > MAX_ARRAY_TASKS:
-            raise invalid(f"An array may have at most {MAX_ARRAY_TASKS} tasks; ask for fewer.")
+            raise invalid(
+                _("An array may have at most %(max)s tasks; ask for fewer.")
+                % {"max": MAX_ARRAY_TASKS}
+            )
         ranges.append(range(first, last + 1, step))
     return frozenset(index for r in ranges for index in r)
 
@@ -151,8 +182,11 @@ def decode_script(data: bytes) -> str:
     except UnicodeDecodeError as error:
         raise JobInvalid.one(
             "script",
-            f"The script is not valid UTF-8 text (invalid byte at offset {error.start}); "
-            "save it as UTF-8 and upload it again.",
+            _(
+                "The script is not valid UTF-8 text (invalid byte at offset %(offset)s); "
+                "save it as UTF-8 and upload it again."
+            )
+            % {"offset": error.start},
         ) from None
     return text.removeprefix("\ufeff")
 
@@ -165,67 +199,103 @@ def _body_lines(script: str) -> list[str]:
 
 def _script_errors(script: str, max_bytes: int) -> list[str]:
     if not script.strip():
-        return ["The script is empty; write the commands the job should run."]
+        return [_("The script is empty; write the commands the job should run.")]
     lines = _body_lines(script)
     if "\x00" in script:
         numbers = [str(n) for n, line in enumerate(lines, 1) if "\x00" in line]
         return [
-            f"The script contains a NUL character (line {', '.join(numbers[:10])}); "
-            "save it as plain text."
+            ngettext(
+                "The script contains a NUL character (line %(lines)s); save it as plain text.",
+                "The script contains a NUL character (lines %(lines)s); save it as plain text.",
+                len(numbers),
+            )
+            % {"lines": ", ".join(numbers[:10])}
         ]
     try:
         size = len(script.encode("utf-8"))
     except UnicodeEncodeError as error:
-        return [f"The script has a character that is not valid text at position {error.start}."]
+        return [
+            _("The script has a character that is not valid text at position %(position)s.")
+            % {"position": error.start}
+        ]
     errors = []
     if size > max_bytes:
         errors.append(
-            f"The script is {size} bytes; the limit is {max_bytes} bytes. "
-            "Keep large code in files in your working directory and call them from the script."
+            _(
+                "The script is %(size)s bytes; the limit is %(limit)s bytes. Keep large code "
+                "in files in your working directory and call them from the script."
+            )
+            % {"size": size, "limit": max_bytes}
         )
     if lines[0].startswith("#!") and not _SHELL_SHEBANG.fullmatch(lines[0]):
         errors.append(
-            f"Line 1 ({_shown(lines[0])}): the portal runs every script with #!/bin/bash, so "
-            "another interpreter or options there would not apply. Remove the line and call "
-            "the program from the script (e.g. python train.py, or set -x for bash -x)."
+            _(
+                "Line 1 (%(line)s): the portal runs every script with #!/bin/bash, so another "
+                "interpreter or options there would not apply. Remove the line and call the "
+                "program from the script (e.g. python train.py, or set -x for bash -x)."
+            )
+            % {"line": _shown(lines[0])}
         )
     sbatch = [n for n, line in enumerate(lines, 1) if _SBATCH_LINE.match(line)]
     if sbatch:
         listed = ", ".join(str(n) for n in sbatch[:10]) + (", …" if len(sbatch) > 10 else "")
         errors.append(
-            f"Line{'s' if len(sbatch) > 1 else ''} {listed}: the script may not contain #SBATCH "
-            "lines (in any spacing or case). Remove them and use the job's fields instead."
+            ngettext(
+                "Line %(lines)s: the script may not contain #SBATCH lines (in any spacing or "
+                "case). Remove them and use the job's fields instead.",
+                "Lines %(lines)s: the script may not contain #SBATCH lines (in any spacing or "
+                "case). Remove them and use the job's fields instead.",
+                len(sbatch),
+            )
+            % {"lines": listed}
         )
     return errors
 
 
 def _environment_errors(environment: dict[str, str]) -> list[str]:
     if len(environment) > MAX_ENVIRONMENT:
-        return [f"Set at most {MAX_ENVIRONMENT} environment variables ({len(environment)} given)."]
+        return [
+            _("Set at most %(max)s environment variables (%(given)s given).")
+            % {"max": MAX_ENVIRONMENT, "given": len(environment)}
+        ]
     errors = []
     for key, value in environment.items():
         if not _ENV_KEY.fullmatch(key):
             errors.append(
-                f"{_shown(key)} is not a valid variable name; use letters, digits and _, "
-                "not starting with a digit, at most 128 characters."
+                _(
+                    "%(name)s is not a valid variable name; use letters, digits and _, "
+                    "not starting with a digit, at most 128 characters."
+                )
+                % {"name": _shown(key)}
             )
         elif key.startswith(_RESERVED_ENV_PREFIXES):
             errors.append(
-                f"{key}: variables starting with {key.split('_')[0]}_ belong to "
-                "Slurm; set the job's fields instead."
+                _(
+                    "%(name)s: variables starting with %(prefix)s belong to Slurm; "
+                    "set the job's fields instead."
+                )
+                % {"name": key, "prefix": key.split("_")[0] + "_"}
             )
         elif key in _RESERVED_ENV:
             errors.append(
-                f"{key} cannot be set here: it changes how bash or every program starts; remove it."
+                _(
+                    "%(name)s cannot be set here: it changes how bash or every program "
+                    "starts; remove it."
+                )
+                % {"name": key}
             )
         elif len(value) > MAX_ENV_VALUE:
             errors.append(
-                f"{key}: the value is {len(value)} characters; use at most {MAX_ENV_VALUE}."
+                _("%(name)s: the value is %(length)s characters; use at most %(max)s.")
+                % {"name": key, "length": len(value), "max": MAX_ENV_VALUE}
             )
         elif bad := next((char for char in value if not char.isprintable()), None):
             errors.append(
-                f"{key}: the value contains {describe_character(bad)}; values must be one line "
-                "of printable text (no newlines, tabs or control characters)."
+                _(
+                    "%(name)s: the value contains %(character)s; values must be one line of "
+                    "printable text (no newlines, tabs or control characters)."
+                )
+                % {"name": key, "character": describe_character(bad)}
             )
     return errors
 
@@ -265,51 +335,75 @@ def validate_spec(
 
     # An invalid partition name is reported on its own field, not echoed in others.
     valid_partition = _NAME.fullmatch(spec.partition)
-    where = f"The {spec.partition} partition" if valid_partition else "The partition"
+    if valid_partition:
+        where = _("The %(partition)s partition") % {"partition": spec.partition}
+    else:
+        where = _("The partition")
     limit = MAX_TIME_MINUTES
     if max_time_minutes is not None:
         limit = min(max_time_minutes, MAX_TIME_MINUTES)
-    owner = "The portal" if max_time_minutes is None else where
+    owner = _("The portal") if max_time_minutes is None else where
     gpus, nodes = max_gpus_per_node, max_nodes
     ranges = [
-        ("nodes", 1, nodes, f"{where} allows 1 to {nodes} nodes per job; ask for 1 to {nodes}."),
+        (
+            "nodes",
+            1,
+            nodes,
+            _("%(where)s allows 1 to %(nodes)s nodes per job; ask for 1 to %(nodes)s.")
+            % {"where": where, "nodes": nodes},
+        ),
         (
             "gpus_per_node",
             0,
             gpus,
-            f"{where} has at most {gpus} GPUs per node; ask for 0 to {gpus}.",
+            _("%(where)s has at most %(gpus)s GPUs per node; ask for 0 to %(gpus)s.")
+            % {"where": where, "gpus": gpus},
         ),
         (
             "time_limit_minutes",
             1,
             limit,
-            f"{owner} allows at most {limit} minutes ({_duration(limit)}); ask for 1 to {limit}.",
+            _("%(where)s allows at most %(limit)s minutes (%(duration)s); ask for 1 to %(limit)s.")
+            % {"where": owner, "limit": limit, "duration": _duration(limit)},
         ),
     ]
     for field, low, high, message in ranges:
         if not _whole(getattr(spec, field), low, high):
             add(field, message)
-    for field, high, unit in (("cpus_per_gpu", 256, "CPUs"), ("mem_per_gpu_gb", 2048, "GB")):
+    for field, high, unit in (("cpus_per_gpu", 256, _("CPUs")), ("mem_per_gpu_gb", 2048, _("GB"))):
         value = getattr(spec, field)
         if value is not None and not _whole(value, 1, high):
-            add(field, f"Ask for 1 to {high} {unit} per GPU, or leave it empty for the default.")
+            add(
+                field,
+                _("Ask for 1 to %(high)s %(unit)s per GPU, or leave it empty for the default.")
+                % {"high": high, "unit": unit},
+            )
         elif value is not None and spec.gpus_per_node == 0:  # Slurm refuses it without GPUs
-            add(field, f"{unit} per GPU need a GPU; ask for one or leave this empty.")
-    add("name", _name_error(spec.name, "job name"))
-    add("account", _name_error(spec.account, "account"))
-    add("partition", _name_error(spec.partition, "partition"))
+            add(
+                field,
+                _("%(unit)s per GPU need a GPU; ask for one or leave this empty.") % {"unit": unit},
+            )
+    add("name", _name_error(spec.name, _("job name")))
+    add("account", _name_error(spec.account, _("account")))
+    add("partition", _name_error(spec.partition, _("partition")))
     for field in ("working_directory", "output_path", "error_path"):
         patterns = field != "working_directory"
         add(field, lexical_path_error(getattr(spec, field), patterns=patterns))
     add("environment", *_environment_errors(spec.environment))
     add("array", *_array_errors(spec.array))
     if len(spec.after_ok) > MAX_DEPENDENCIES:
-        add("after_ok", f"A job may wait for at most {MAX_DEPENDENCIES} other jobs.")
+        add(
+            "after_ok",
+            _("A job may wait for at most %(max)s other jobs.") % {"max": MAX_DEPENDENCIES},
+        )
     elif not all(_whole(job_id, 1, MAX_JOB_ID) for job_id in spec.after_ok):
-        add("after_ok", "Give the Slurm job ids (positive whole numbers) this job should wait for.")
+        add(
+            "after_ok",
+            _("Give the Slurm job ids (positive whole numbers) this job should wait for."),
+        )
     add("script", *_script_errors(spec.script, max_script_bytes))
     if not _TOKEN.fullmatch(spec.submit_token):
-        add("submit_token", "The submit token must be 1 to 64 letters, digits, '_' or '-'.")
+        add("submit_token", _("The submit token must be 1 to 64 letters, digits, '_' or '-'."))
     if errors:
         raise JobInvalid(errors)
 

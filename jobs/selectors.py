@@ -4,6 +4,7 @@ import pwd
 
 from django.conf import settings
 from django.db.models import Q, QuerySet
+from django.utils.translation import gettext as _
 
 from accounts.models import Membership, User
 from jobs import output, paths
@@ -33,7 +34,7 @@ def templates_for(user: User) -> QuerySet[JobTemplate]:
 
 def _output_path(job: Job, stream: str, array_task: int | None) -> str:
     if job.slurm_job_id is None:
-        raise OutputUnavailable("The job has not reached Slurm yet, so it has no output.")
+        raise OutputUnavailable(_("The job has not reached Slurm yet, so it has no output."))
     pattern = job.output_path if stream == "stdout" else job.error_path
     is_array = bool(job.array)
     return output.expand_output_pattern(
@@ -61,11 +62,13 @@ def job_output(
         raise ValueError("stream is stdout or stderr")
     posix_user = job.owner.posix_username
     if not posix_user:
-        raise OutputUnavailable("The job's owner has no Unix login any more.")
+        raise OutputUnavailable(_("The job's owner has no Unix login any more."))
     try:
         owner_uid = pwd.getpwnam(posix_user).pw_uid
     except KeyError:
-        raise OutputUnavailable(f"The Unix login {posix_user!r} no longer exists.") from None
+        raise OutputUnavailable(
+            _("The Unix login %(login)s no longer exists.") % {"login": posix_user}
+        ) from None
     return output.read_output(
         _output_path(job, stream, array_task),
         owner_uid=owner_uid,

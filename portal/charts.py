@@ -22,8 +22,6 @@ class BurnDown:
     rate_gpu_hours_per_day: float
     runs_out_on: dt.date | None  # None: no recent use, or it lasts past the period
     ends_on: dt.date
-    start_label: str
-    end_label: str
 
 
 def burn_down(
@@ -81,6 +79,4 @@ def burn_down(
         rate_gpu_hours_per_day=rate / 3600,
         runs_out_on=runs_out_on,
         ends_on=ends_on,
-        start_label=starts_on.isoformat(),
-        end_label=ends_on.isoformat(),
     )

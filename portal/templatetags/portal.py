@@ -19,6 +19,9 @@ def gpu_hours(value: float | int | None, digits: str = "-2g") -> str:
     """Hours as "1,234.50 GPU-h" in the active language's number format."""
     if value is None:
         return "—"
+    if 0 < abs(value) < 0.01:
+        # A short job's few GPU-seconds must not read as "0 GPU-h", i.e. free.
+        return _("< %(hours)s GPU-h") % {"hours": floatformat(0.01, "2g")}
     return _("%(hours)s GPU-h") % {"hours": floatformat(value, digits)}
 
 
