@@ -6,6 +6,7 @@ import pwd
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from contextlib import contextmanager
@@ -29,6 +30,15 @@ def slurm_stack():
             f"(`make test` does):\n{status.stdout}{status.stderr}",
             pytrace=False,
         )
+
+
+@pytest.fixture(autouse=True)
+def _english_after_each_test():
+    """A request leaves its language active in the test thread; the next test starts in English."""
+    yield
+    from django.utils import translation
+
+    translation.activate("en")
 
 
 @pytest.fixture(autouse=True)
@@ -68,13 +78,25 @@ def charlie(db):
     return _user("charlie", posix_username="charlie")
 
 
+# Beat's periodic work at the fastest intervals settings allow, so a job is seen
+# running and ending within a second or two (the minimums are in portal/settings.py).
+FAST_BEAT_ENV = {
+    "PORTAL_QUEUE_SYNC_INTERVAL_S": "1",
+    "PORTAL_ACCOUNTING_INTERVAL_S": "5",
+    "PORTAL_SUBMIT_SWEEP_INTERVAL_S": "5",
+}
+
+
 @contextmanager
-def running_worker(**extra_env: str):
+def running_worker(*, beat: bool = False, **extra_env: str):
     """A real Celery worker process on the test database; yields (queue, hostname, process).
 
     It takes tasks from a queue of its own, and while it runs the test process
     enqueues there too (e.g. a job's submission on commit); tests that need it
-    commit their data (``transactional_db``). ``extra_env`` configures it.
+    commit their data (``transactional_db``). ``extra_env`` configures it. With
+    ``beat`` the worker runs beat too (``FAST_BEAT_ENV`` unless ``extra_env`` says
+    otherwise), its schedule in a file of its own, so the queue sync, accounting and
+    the submission sweeper run as in production, only faster.
     """
     from django.db import connection
 
@@ -90,14 +112,19 @@ def running_worker(**extra_env: str):
         "DJANGO_SETTINGS_MODULE": "portal.settings",
         "PORTAL_DATABASE_URL": f"postgresql://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
         "PORTAL_TASK_QUEUE": queue,
+        **(FAST_BEAT_ENV if beat else {}),
         **extra_env,
     }
+    command = [sys.executable, "-m", "celery", "-A", "portal", "worker", "--queues", queue,
+               "--hostname", hostname, "--concurrency", "2", "--loglevel", "INFO"]  # fmt: skip
+    schedule_dir = Path(tempfile.mkdtemp(prefix="beat-")) if beat else None
+    if schedule_dir:
+        # A fresh schedule each time: a stale one would carry another run's last-run times.
+        command += ["--beat", "--schedule", str(schedule_dir / "schedule")]
     with log.open("w") as log_file:
         process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "portal", "worker", "--queues", queue,
-             "--hostname", hostname, "--concurrency", "2", "--loglevel", "INFO"],
-            cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            command, cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT
+        )
     default_queue = app.conf.task_default_queue
     app.conf.task_default_queue = queue
     try:
@@ -113,6 +140,8 @@ def running_worker(**extra_env: str):
             process.wait(timeout=15)
         except subprocess.TimeoutExpired:
             process.kill()
+        if schedule_dir:
+            shutil.rmtree(schedule_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
