@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 from kombu.exceptions import OperationalError
 
 from accounts import ledger
@@ -29,6 +30,8 @@ logger = logging.getLogger(__name__)
 
 
 def job_event_add(*, job: Job, state: str, detail: str = "", at: dt.datetime | None = None) -> None:
+    # A detail is stored and read by everyone who sees the job (the owner, the PI), so it
+    # stays in English like Slurm's own messages, not in the language of whoever caused it.
     JobEvent.objects.create(job=job, state=state, detail=detail[:500], at=at or timezone.now())
 
 
@@ -38,8 +41,8 @@ def _allocation_for(prepared: PreparedJob):
     except NoActiveAllocation:
         raise JobInvalid.one(
             "project",
-            f"{prepared.project} has no active GPU-hour allocation on {prepared.cluster}; "
-            "a PI can request one.",
+            _("%(project)s has no active GPU-hour allocation on %(cluster)s; a PI can request one.")
+            % {"project": prepared.project, "cluster": prepared.cluster},
         ) from None
 
 
@@ -93,7 +96,8 @@ def job_create(*, user: User, request: JobRequest, idempotency_key: str = "") ->
                 billing_weight=prepared.billing_weight,
                 requested_gpu_seconds=prepared.requested_gpu_seconds,
             )
-            job.depends_on.set(prepared.dependencies)
+            if prepared.dependencies:
+                job.depends_on.set(prepared.dependencies)
             ledger.ledger_hold(
                 allocation=allocation,
                 reference=job.hold_reference,
@@ -158,11 +162,23 @@ def can_manage(user: User, job: Job) -> bool:
     return job.project.memberships.filter(user=user, role__in=["pi", "co_pi"]).exists()
 
 
+def _not_allowed(action: str) -> str:
+    return {
+        "cancel": _("Only the job's owner or the project's PI can cancel it."),
+        "hold": _("Only the job's owner or the project's PI can hold it."),
+        "release": _("Only the job's owner or the project's PI can release it."),
+    }[action]
+
+
 def _action(*, user: User, job: Job, action: str) -> Job:
     if not can_manage(user, job):
-        raise NotAllowed(f"Only the job's owner or the project's PI can {action} it.")
+        raise NotAllowed(_not_allowed(action))
     if job.state in TERMINAL_STATES:
-        raise JobInvalid.one("__all__", f"Job #{job.pk} has already ended ({job.state}).")
+        raise JobInvalid.one(
+            "__all__",
+            _("Job #%(id)s has already ended (%(state)s).")
+            % {"id": job.pk, "state": job.get_state_display()},
+        )
     from jobs import tasks
 
     task = {
@@ -196,7 +212,7 @@ def job_cancel(*, user: User, job: Job) -> Job:
 
 def job_hold(*, user: User, job: Job) -> Job:
     if job.state != JobState.PENDING:
-        raise JobInvalid.one("__all__", "Only a job pending in Slurm's queue can be held.")
+        raise JobInvalid.one("__all__", _("Only a job pending in Slurm's queue can be held."))
     with transaction.atomic():
         return _action(user=user, job=job, action="hold")
 
@@ -226,26 +242,28 @@ def job_template_create(
     """Save a job form as a template: the user's own, shared with a project they lead
     (PI or co-PI), or global (allocation managers only)."""
     if not name.strip():
-        raise JobInvalid.one("name", "Give the template a name.")
+        raise JobInvalid.one("name", _("Give the template a name."))
     if not script.strip():
-        raise JobInvalid.one("script", "A template needs a script.")
+        raise JobInvalid.one("script", _("A template needs a script."))
     unknown = sorted(set(defaults) - set(TEMPLATE_DEFAULT_FIELDS))
     if unknown:
-        raise JobInvalid.one("defaults", f"Templates cannot set {', '.join(unknown)}.")
+        raise JobInvalid.one(
+            "defaults", _("Templates cannot set %(fields)s.") % {"fields": ", ".join(unknown)}
+        )
     owner: User | None = user
     if scope == JobTemplate.Scope.PROJECT:
         if project is None:
-            raise JobInvalid.one("project", "Choose the project to share the template with.")
+            raise JobInvalid.one("project", _("Choose the project to share the template with."))
         if not project.memberships.filter(user=user, role__in=["pi", "co_pi"]).exists():
-            raise NotAllowed("Only the project's PI and co-PIs can share templates with it.")
+            raise NotAllowed(_("Only the project's PI and co-PIs can share templates with it."))
     elif scope == JobTemplate.Scope.GLOBAL:
         if not is_allocation_manager(user):
-            raise NotAllowed("Only allocation managers can publish templates for everyone.")
+            raise NotAllowed(_("Only allocation managers can publish templates for everyone."))
         owner, project = None, None
     elif scope == JobTemplate.Scope.USER:
         project = None
     else:
-        raise JobInvalid.one("scope", "Choose user, project or global.")
+        raise JobInvalid.one("scope", _("Choose user, project or global."))
     return JobTemplate.objects.create(
         name=name.strip()[:100],
         description=description,

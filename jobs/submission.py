@@ -13,7 +13,7 @@ import logging
 from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from accounts import ledger
@@ -91,7 +91,9 @@ def submit_request_for(prepared: PreparedJob) -> SubmitRequest:
 
 def _after_ok(job: Job) -> tuple[int, ...]:
     """Slurm ids of the dependencies still to finish; raises when one can never succeed."""
-    ids = []
+    ids: list[int] = []
+    if not getattr(job, "dependency_count", 1):
+        return ()  # no dependencies: no query
     for dependency in job.depends_on.all():
         if dependency.state in DEPENDENCY_NEVER_OK:
             raise SlurmRejected(
@@ -130,16 +132,26 @@ def _claim(job_id: int) -> Job | None:
     now = timezone.now()
     lapsed_claim = Q(claimed_until__isnull=True) | Q(claimed_until__lt=now)
     lapsed = Q(state=JobState.SUBMITTING) & lapsed_claim
-    claimed = (
-        Job.objects.filter(Q(pk=job_id) & (Q(state=JobState.NEW) | lapsed))
-        .filter(slurm_job_id__isnull=True)
-        .update(
-            state=JobState.SUBMITTING,
-            claimed_until=now + dt.timedelta(seconds=settings.JOB_SUBMIT_CLAIM_S),
-            submit_attempts=F("submit_attempts") + 1,
+    with transaction.atomic():
+        claimed = (
+            Job.objects.filter(Q(pk=job_id) & (Q(state=JobState.NEW) | lapsed))
+            .filter(slurm_job_id__isnull=True)
+            .update(
+                state=JobState.SUBMITTING,
+                claimed_until=now + dt.timedelta(seconds=settings.JOB_SUBMIT_CLAIM_S),
+                submit_attempts=F("submit_attempts") + 1,
+            )
         )
-    )
-    if not claimed:
+        job = (
+            Job.objects.select_related("cluster", "project", "partition", "owner")
+            .annotate(dependency_count=Count("depends_on"))
+            .get(pk=job_id)
+            if claimed
+            else None
+        )
+        if job is not None and job.submit_attempts == 1:
+            JobEvent.objects.create(job=job, at=now, state=JobState.SUBMITTING)
+    if job is None:
         lease = (
             Job.objects.filter(pk=job_id, state=JobState.SUBMITTING, slurm_job_id__isnull=True)
             .values_list("claimed_until", flat=True)
@@ -148,7 +160,7 @@ def _claim(job_id: int) -> Job | None:
         if lease is not None:
             raise ClaimedElsewhere(max((lease - now).total_seconds(), 0) + 1)
         return None
-    return Job.objects.select_related("cluster", "project", "partition", "owner").get(pk=job_id)
+    return job
 
 
 def _unclaim(job: Job, *, reason: str) -> None:
@@ -208,8 +220,6 @@ def job_submit(*, job_id: int) -> Job | None:
     job = _claim(job_id)
     if job is None:
         return None
-    if job.submit_attempts == 1:
-        JobEvent.objects.create(job=job, at=timezone.now(), state=JobState.SUBMITTING)
     client = client_for(job.cluster)
     try:
         if paused := cache.get(_unreachable_key(job.cluster_id)):

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import BigIntegerField
+from django.db.models.functions import Cast, Extract
 from django.utils import timezone
 
 from accounts import ledger
@@ -72,13 +74,18 @@ def queue_apply(*, cluster: Cluster, entries: Iterable[QueueEntry]) -> QueueSync
         else:
             arrays[entry.array_job_id].append(entry)
 
-    unfinished = Job.objects.filter(
-        cluster=cluster, state__in=IN_SLURM, slurm_job_id__isnull=False
-    ).values_list("id", "slurm_job_id", "state", "slurm_state", "reason", "started_at", "array")
+    # The start time is read as whole epoch seconds (Slurm's own resolution): turning
+    # 10,000 timestamps into aware datetimes costs more than the query itself.
+    unfinished = (
+        Job.objects.filter(cluster=cluster, state__in=IN_SLURM, slurm_job_id__isnull=False)
+        .order_by()
+        .annotate(started_s=Cast(Extract("started_at", "epoch"), BigIntegerField()))
+        .values_list("id", "slurm_job_id", "state", "slurm_state", "reason", "started_s", "array")
+    )
     result = QueueSyncResult()
     updates: list[tuple] = []
     events: list[JobEvent] = []
-    for job_id, slurm_job_id, state, slurm_state, reason, started_at, array in unfinished:
+    for job_id, slurm_job_id, state, slurm_state, reason, started_s, array in unfinished:
         assert slurm_job_id is not None  # filtered on
         entry = _array_view(arrays.get(slurm_job_id, [])) if array else plain.get(slurm_job_id)
         if entry is None:
@@ -87,11 +94,15 @@ def queue_apply(*, cluster: Cluster, entries: Iterable[QueueEntry]) -> QueueSync
         new_state = _PORTAL_STATE[entry.state]
         if array and new_state in _TERMINAL:
             continue
-        new = (new_state, str(entry.state), _reason(entry), entry.started_at or started_at)
-        if new == (state, slurm_state, reason, started_at):
+        entry_s = int(entry.started_at.timestamp()) if entry.started_at else None
+        new = (new_state, str(entry.state), _reason(entry), entry_s or started_s)
+        if new == (state, slurm_state, reason, started_s):
             continue
+        started_at = entry.started_at or (
+            dt.datetime.fromtimestamp(started_s, dt.UTC) if started_s is not None else None
+        )
         ended_at = now if new_state in _TERMINAL else None
-        updates.append((job_id, *new, ended_at))
+        updates.append((job_id, *new[:3], started_at, ended_at))
         if new_state != state:
             detail = f"Slurm: {entry.state}" + (f" ({new[2]})" if new[2] else "")
             # An event is dated when the portal saw the change (Slurm's own times are on
@@ -100,7 +111,8 @@ def queue_apply(*, cluster: Cluster, entries: Iterable[QueueEntry]) -> QueueSync
     with transaction.atomic():
         _update_jobs(updates, now=now)
         JobEvent.objects.bulk_create(events, batch_size=2000)
-        ClusterSync.objects.update_or_create(cluster=cluster, defaults={"queue_synced_at": now})
+        if not ClusterSync.objects.filter(cluster=cluster).update(queue_synced_at=now):
+            ClusterSync.objects.get_or_create(cluster=cluster, defaults={"queue_synced_at": now})
     result.changed = len(updates)
     return result
 

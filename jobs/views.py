@@ -78,7 +78,11 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "projects": Project.objects.filter(memberships__user=_user(request)).order_by("name"),
         "query": request.GET.urlencode(),
     }
-    context["live"] = any(job.state not in TERMINAL_STATES for job in context["jobs"])
+    context["live"] = any(
+        job.state not in TERMINAL_STATES
+        or (job.slurm_job_id is not None and job.used_gpu_seconds is None)
+        for job in context["jobs"]
+    )
     template = "jobs/_job_rows.html" if request.headers.get("HX-Request") else "jobs/list.html"
     return render(request, template, context)
 
@@ -201,7 +205,10 @@ def _job_context(request: HttpRequest, job: Job) -> dict:
     return {
         "job": job,
         "events": list(job.events.all()),
-        "live": job.state not in TERMINAL_STATES,
+        # Until accounting has charged it, an ended job still has its exit code and
+        # charge to come: the page keeps refreshing.
+        "live": job.state not in TERMINAL_STATES
+        or (job.slurm_job_id is not None and job.used_gpu_seconds is None),
         "can_cancel": can_manage and job.state not in TERMINAL_STATES,
         "can_hold": can_manage and job.state == JobState.PENDING,
         "can_release": can_manage and job.state == JobState.PENDING,

@@ -1,0 +1,353 @@
+"""End-to-end submissions per second through the portal with 2 Celery workers, beside raw sbatch.
+
+In a database of its own (`portal_bench_submit` on 127.0.0.1:5432, dropped and
+recreated at the start, dropped at the end; the dev data is never touched) it
+registers the dev cluster, gives a project with a unique Slurm account to the
+POSIX user alice and reconciles it into Slurm, starts a real Celery worker
+(`celery -A portal worker --concurrency 2`, the tests' `running_worker`: two
+worker processes on a queue of their own, on the bench database), then times N
+tiny jobs (`true`, no GPU, the debug partition, in a fresh directory in
+alice's home) from the create call to the Slurm job id being recorded:
+
+- portal: `job_create(...)` for each job, one after the other, as the API's
+  POST would call it (there is no REST endpoint for jobs yet, so the service
+  is called directly), until the worker has recorded every job's Slurm id;
+- raw sbatch (the baseline, in the same run): `sbatch --parsable` of the same
+  script and arguments, run as alice through the same user switch
+  (`runuser -u alice --`), N times one after the other, before and after the
+  portal's run.
+
+To tell the two halves apart it also times the workers alone: N jobs created
+while the worker takes no task, then the time from resuming it to the last
+Slurm id recorded (and the worker's own time per task, from its log).
+
+Between the runs the account's jobs are left to finish, so each starts with
+the same queue. At the end the account's jobs are cancelled and the account
+is deleted from Slurm.
+
+    .venv/bin/python bench/submit.py [--jobs 100] [--warmup 4]
+
+Needs the dev stack (`dev/stack start`: PostgreSQL, Redis and slurmctld up) and
+the POSIX user alice (created by `dev/stack install`).
+"""
+
+import argparse
+import contextlib
+import dataclasses
+import datetime as dt
+import json
+import os
+import pwd
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+# Forced, not defaulted: the benchmark must never write to the dev database (the
+# worker gets the same URL from the tests' running_worker).
+os.environ["PORTAL_DATABASE_URL"] = "postgresql://postgres@127.0.0.1:5432/portal_bench_submit"
+os.environ["PORTAL_DEBUG"] = "false"  # no query log: measure what production runs
+
+import django  # noqa: E402
+import psycopg  # noqa: E402
+
+django.setup()
+
+from django.core.management import call_command  # noqa: E402
+from django.db import connections  # noqa: E402
+from django.utils import timezone  # noqa: E402
+
+from accounts.ledger import allocation_grant  # noqa: E402
+from accounts.models import User  # noqa: E402
+from accounts.reconcile import reconcile  # noqa: E402
+from accounts.services import membership_set, project_create, user_create  # noqa: E402
+from clusters.models import Cluster  # noqa: E402
+from clusters.services import cluster_register, partitions_sync  # noqa: E402
+from clusters.slurm.cli import sbatch_arguments, slurm_environment  # noqa: E402
+from clusters.slurm.types import SubmitRequest  # noqa: E402
+from jobs.models import Job, JobEvent  # noqa: E402
+from jobs.requests import JobRequest, job_prepare  # noqa: E402
+from jobs.services import job_create  # noqa: E402
+from jobs.states import JobState  # noqa: E402
+from jobs.submission import submit_request_for  # noqa: E402
+from portal.celery import app  # noqa: E402
+from tests.conftest import DEV_CLUSTER, running_worker  # noqa: E402
+
+ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+BENCH_DATABASE = "portal_bench_submit"
+STACK = REPO / "dev" / "stack"
+USER, PARTITION = "alice", "debug"
+TARGET_RATIO = 0.7
+NEEDED = ("postgresql", "redis", "slurmctld", "slurmd", "slurmdbd")
+
+
+def admin(sql: str) -> None:
+    with psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(sql)
+
+
+def stack_down() -> list[str]:
+    status = subprocess.run([str(STACK), "status"], capture_output=True, text=True, check=False)
+    up = {line.split()[0] for line in status.stdout.splitlines() if line.split()[1:2] == ["up"]}
+    return [name for name in NEEDED if name not in up]
+
+
+def wait_for_stack(timeout_s: float) -> None:
+    """slurmctld may be stopped for a moment by a fault test: wait, never start it."""
+    deadline = time.monotonic() + timeout_s
+    while down := stack_down():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the dev stack is not up ({', '.join(down)}); `dev/stack status`")
+        print(f"waiting for {', '.join(down)}…", file=sys.stderr)
+        time.sleep(5)
+
+
+def slurm(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        list(argv), capture_output=True, text=True, check=False, env=slurm_environment()
+    )
+
+
+def queued(account: str) -> int:
+    return len(slurm("squeue", "--noheader", f"--account={account}", "-o", "%i").stdout.split())
+
+
+def drain(account: str, timeout_s: float = 120) -> float:
+    """Wait until the account's jobs have left the queue; the seconds it took."""
+    started = time.monotonic()
+    while queued(account) and time.monotonic() - started < timeout_s:
+        time.sleep(0.5)
+    return time.monotonic() - started
+
+
+def raw_sbatch(request: SubmitRequest) -> int:
+    argv = ["runuser", "-u", request.user, "--", "sbatch", "--parsable", *sbatch_arguments(request)]
+    done = subprocess.run(
+        argv, input=request.script, capture_output=True, text=True, check=True,
+        env=slurm_environment(), cwd="/",
+    )  # fmt: skip
+    return int(done.stdout.strip().split(";")[0])
+
+
+def raw_run(request: SubmitRequest, jobs: int) -> tuple[float, list[float]]:
+    """N sbatch one after the other, each with a token of its own like the portal's."""
+    latencies = []
+    started = time.perf_counter()
+    for _ in range(jobs):
+        one = time.perf_counter()
+        raw_sbatch(dataclasses.replace(request, comment=f"bench:{uuid.uuid4()}"))
+        latencies.append(time.perf_counter() - one)
+    return time.perf_counter() - started, latencies
+
+
+def portal_run(
+    user: User, request: JobRequest, jobs: int, timeout_s: float, *, paused: str = ""
+) -> dict:
+    """N job_create calls one after the other; done when every job has its Slurm id.
+
+    With ``paused`` (the worker's hostname) the worker takes no task until every job is
+    created: the time is then the workers' alone, from resuming to the last id.
+    """
+    asked_at: dict[int, dt.datetime] = {}
+    queue = app.conf.task_default_queue
+    if paused:
+        app.control.cancel_consumer(queue, destination=[paused], reply=True)
+    started = timezone.now()
+    for _ in range(jobs):
+        at = timezone.now()
+        job = job_create(user=user, request=request)
+        asked_at[job.pk] = at
+    created_s = (timezone.now() - started).total_seconds()
+    if paused:
+        started = timezone.now()
+        asked_at = dict.fromkeys(asked_at, started)
+        app.control.add_consumer(queue, destination=[paused], reply=True)
+    pending = Job.objects.filter(pk__in=asked_at)
+    deadline = time.monotonic() + timeout_s
+    while pending.filter(slurm_job_id__isnull=True).exists():
+        refused = pending.filter(state=JobState.SUBMIT_FAILED).first()
+        if refused is not None:
+            raise SystemExit(f"job {refused.pk} was refused: {refused.submit_error}")
+        if time.monotonic() > deadline:
+            left = pending.filter(slurm_job_id__isnull=True).count()
+            raise SystemExit(f"{left} jobs had no Slurm id after {timeout_s:g} s")
+        time.sleep(0.01)
+    # Every job with a Slurm id has its submitted_at: both are set by one UPDATE.
+    recorded = {pk: at for pk, at in pending.values_list("pk", "submitted_at") if at is not None}
+    claimed = dict(
+        JobEvent.objects.filter(job__in=asked_at, state=JobState.SUBMITTING).values_list(
+            "job_id", "at"
+        )
+    )
+    elapsed_s = (max(recorded.values()) - started).total_seconds()
+    return {
+        "elapsed_s": elapsed_s,
+        "created_s": created_s,
+        "latencies": [(recorded[pk] - asked_at[pk]).total_seconds() for pk in asked_at],
+        # Waiting for a worker, then the worker's own time (claim, sbatch, record).
+        "waits": [(claimed[pk] - asked_at[pk]).total_seconds() for pk in asked_at],
+        "submits": [(recorded[pk] - claimed[pk]).total_seconds() for pk in asked_at],
+    }
+
+
+def p95(values: list[float]) -> float:
+    return statistics.quantiles(values, n=20, method="inclusive")[18]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=100)
+    parser.add_argument("--warmup", type=int, default=4, help="unmeasured jobs of each kind first")
+    parser.add_argument("--timeout", type=float, default=300)
+    args = parser.parse_args()
+    wait_for_stack(timeout_s=600)
+
+    admin(f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
+    admin(f"CREATE DATABASE {BENCH_DATABASE}")
+    account = f"b{uuid.uuid4().hex[:10]}"
+    entry = pwd.getpwnam(USER)
+    workdir = Path(entry.pw_dir) / "portal-bench" / uuid.uuid4().hex[:8]
+    workdir.mkdir(parents=True)
+    for part in (workdir.parent, workdir):
+        os.chown(part, entry.pw_uid, entry.pw_gid)
+    try:
+        run(args, account, workdir)
+    finally:
+        slurm("scancel", f"--account={account}")
+        drain(account, timeout_s=30)
+        deleted = slurm("sacctmgr", "-i", "delete", "account", account)
+        if deleted.returncode != 0:
+            print(f"sacctmgr delete account {account}: {deleted.stderr.strip()}", file=sys.stderr)
+        connections.close_all()
+        admin(f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
+        shutil.rmtree(workdir, ignore_errors=True)
+        with contextlib.suppress(OSError):  # another run's directory may still be in it
+            workdir.parent.rmdir()
+
+
+def setup(account: str) -> tuple[Cluster, User]:
+    call_command("migrate", verbosity=0)
+    cluster = cluster_register(name=DEV_CLUSTER)
+    partitions_sync(cluster=cluster)
+    user = user_create(username=USER, password="bench-pass-1234", posix_username=USER)  # noqa: S106
+    project = project_create(slug=account, name=f"Bench {account}", slurm_account=account)
+    membership_set(project=project, user=user, role="pi")
+    today = timezone.localdate()
+    allocation_grant(
+        project=project,
+        cluster=cluster,
+        gpu_hours=10,
+        starts_on=today - dt.timedelta(days=1),
+        ends_on=today + dt.timedelta(days=30),
+        actor=None,
+        reason="bench",
+    )
+    report = reconcile(cluster=cluster)
+    if report.errors:
+        raise SystemExit(f"reconcile failed: {report.errors}")
+    return cluster, user
+
+
+def run(args: argparse.Namespace, account: str, workdir: Path) -> None:
+    _, user = setup(account)
+    request = JobRequest(
+        project=account,
+        partition=PARTITION,
+        name="bench",
+        gpus_per_node=0,
+        time_limit_minutes=1,
+        working_directory=str(workdir),
+        script="true\n",
+    )
+    # What the worker submits for such a job (the same rendered script and arguments).
+    sbatch_request = submit_request_for(
+        job_prepare(user=user, request=request, submit_token=str(uuid.uuid4()))
+    )
+    raw_run(sbatch_request, args.warmup)
+    drain(account)
+    raw_before_s, raw_before = raw_run(sbatch_request, args.jobs)
+    drain(account)
+
+    with running_worker() as (queue, hostname, _process):
+        portal_run(user, request, args.warmup, args.timeout)  # each worker process warm
+        drain(account)
+        portal = portal_run(user, request, args.jobs, args.timeout)
+        drain(account)
+        workers = portal_run(user, request, args.jobs, args.timeout, paused=hostname)
+    drain(account)
+    raw_after_s, raw_after = raw_run(sbatch_request, args.jobs)
+    log = REPO / "var" / f"{queue}.log"
+    # The worker's own measure of each task, from its log ("… succeeded in 0.05s").
+    task_s = [float(t) for t in re.findall(r"succeeded in ([0-9.]+)s", log.read_text())]
+    log.unlink()
+
+    sbatch_per_s = 2 * args.jobs / (raw_before_s + raw_after_s)
+    portal_per_s = args.jobs / portal["elapsed_s"]
+    ratio = portal_per_s / sbatch_per_s
+    raw_latencies = raw_before + raw_after
+    recorded_ids = Job.objects.filter(slurm_job_id__isnull=False).values("slurm_job_id")
+    retried = Job.objects.filter(submit_attempts__gt=1).count()  # e.g. slurmctld was stopped
+    workers_per_s = args.jobs / workers["elapsed_s"]
+
+    def ms(values: list[float]) -> str:
+        return f"{statistics.median(values) * 1000:.0f} / {p95(values) * 1000:.0f} ms"
+
+    rows = [
+        ("load average (1 min) at the end", f"{os.getloadavg()[0]:.2f}"),
+        ("jobs per run", f"{args.jobs}"),
+        ("Slurm account", account),
+        ("raw sbatch, first run", f"{raw_before_s:.2f} s"),
+        ("raw sbatch, second run", f"{raw_after_s:.2f} s"),
+        ("raw sbatch, jobs/s", f"{sbatch_per_s:.1f}"),
+        ("raw sbatch, p50 / p95 per job", ms(raw_latencies)),
+        ("portal, the create calls alone", f"{portal['created_s']:.2f} s"),
+        ("portal, first create → last id recorded", f"{portal['elapsed_s']:.2f} s"),
+        ("portal (2 workers), jobs/s", f"{portal_per_s:.1f}"),
+        ("portal, p50 / p95 create → id recorded", ms(portal["latencies"])),
+        ("  create → claimed by a worker", ms(portal["waits"])),
+        ("  claimed → id recorded (sbatch inside)", ms(portal["submits"])),
+        ("  worker's task time (its log)", ms(task_s)),
+        ("portal, workers alone (jobs queued first)", f"{workers['elapsed_s']:.2f} s"),
+        ("portal, workers alone, jobs/s", f"{workers_per_s:.1f}"),
+        ("portal / sbatch ratio", f"{ratio:.2f}"),
+        (f"  ratio target (>= {TARGET_RATIO:g})", "met" if ratio >= TARGET_RATIO else "MISSED"),
+        ("portal jobs with a Slurm id / distinct ids", f"{recorded_ids.count()} / "
+                                                      f"{recorded_ids.distinct().count()}"),
+        ("submissions tried more than once", f"{retried}"),
+    ]  # fmt: skip
+    width = max(len(label) for label, _ in rows) + 2
+    for label, value in rows:
+        print(f"{label:<{width}}{value:>20}")
+    print(
+        json.dumps(
+            {
+                "jobs": args.jobs,
+                "sbatch_jobs_per_s": round(sbatch_per_s, 1),
+                "sbatch_p50_ms": round(statistics.median(raw_latencies) * 1000, 1),
+                "portal_jobs_per_s": round(portal_per_s, 1),
+                "portal_create_s": round(portal["created_s"], 2),
+                "portal_elapsed_s": round(portal["elapsed_s"], 2),
+                "portal_p50_ms": round(statistics.median(portal["latencies"]) * 1000, 1),
+                "portal_p95_ms": round(p95(portal["latencies"]) * 1000, 1),
+                "portal_queue_wait_p50_ms": round(statistics.median(portal["waits"]) * 1000, 1),
+                "portal_worker_p50_ms": round(statistics.median(portal["submits"]) * 1000, 1),
+                "portal_task_p50_ms": round(statistics.median(task_s) * 1000, 1),
+                "portal_workers_alone_jobs_per_s": round(workers_per_s, 1),
+                "portal_retried_submissions": retried,
+                "portal_vs_sbatch_ratio": round(ratio, 2),
+                "ratio_target": TARGET_RATIO,
+                "workers": 2,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,463 @@
+"""Time of one queue-sync cycle: a 10,000-job queue listing applied to 1,000,000 jobs.
+
+In a database of its own (`portal_bench_sync` on 127.0.0.1:5432, dropped and
+recreated at the start, dropped at the end; the dev data is never touched) it
+inserts 1,000,000 jobs (INSERT … SELECT generate_series), all but 10,000 of
+them finished; the 10,000 unfinished ones (half pending, half running) are in
+Slurm. It builds a queue snapshot of those 10,000 jobs in exactly the text the
+cli adapter reads from `squeue` (its SQUEUE_FORMAT, fields and records split by
+its separators), in which 1,000 differ from the database: 500 pending jobs
+started running, 500 pending jobs have a new reason. Then it measures, each
+the median of several rounds (one of each kind per round, so a change in the
+machine's load hits all alike), the changed jobs reset and vacuumed (as
+autovacuum would) before each apply:
+
+- parse: `parse_squeue(text)` alone, the raw queue listing (the baseline);
+- apply: `queue_apply(cluster, entries)` alone, with the queries it issues and
+  the plan of its read of the unfinished jobs (the partial index job_unfinished);
+- cycle: parse and apply, one after the other, as a sync does.
+- apply once more right after a cycle, when nothing has changed (what most
+  syncs of a quiet queue cost).
+
+When the dev stack's slurmctld is up it also times a real `squeue` in the
+adapter's format on whatever the dev cluster has queued, for reference only (a
+cluster with 10,000 queued jobs is not at hand, so the recorded text is the
+baseline).
+
+    .venv/bin/python bench/sync.py [--jobs 1000000] [--queued 10000] [--changed 1000] [--repeat 7]
+                                   [--profile]  (cProfile of one apply)
+
+Needs only PostgreSQL on 127.0.0.1:5432 (user postgres, trust auth).
+"""
+
+import argparse
+import cProfile
+import datetime as dt
+import gc
+import hashlib
+import io
+import json
+import os
+import pstats
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+# Forced, not defaulted: the benchmark must never write to the dev database.
+os.environ["PORTAL_DATABASE_URL"] = "postgresql://postgres@127.0.0.1:5432/portal_bench_sync"
+os.environ["PORTAL_DEBUG"] = "false"  # no query log: measure what production runs
+
+import django
+import psycopg
+
+django.setup()
+
+from django.core.management import call_command  # noqa: E402
+from django.db import connection, connections, transaction  # noqa: E402
+from django.test.utils import CaptureQueriesContext  # noqa: E402
+
+from accounts.services import membership_set, project_create, user_create  # noqa: E402
+from clusters.models import Cluster, Partition  # noqa: E402
+from clusters.services import cluster_register  # noqa: E402
+from clusters.slurm.cli import CliClient, slurm_environment  # noqa: E402
+from clusters.slurm.parsing import (  # noqa: E402
+    FIELD_SEPARATOR,
+    RECORD_SEPARATOR,
+    SQUEUE_FORMAT,
+    parse_slurm_time,
+    parse_squeue,
+)
+from clusters.slurm.types import QueueEntry  # noqa: E402
+from jobs.models import Job, JobEvent  # noqa: E402
+from jobs.sync import QueueSyncResult, queue_apply  # noqa: E402
+
+ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+BENCH_DATABASE = "portal_bench_sync"
+STACK = Path(__file__).resolve().parent.parent / "dev" / "stack"
+TARGET_APPLY_S = 1.0
+TARGET_RATIO = 2.0
+ACCOUNT, PARTITION, USER = "bench", "gpu", "bench"
+# Every time in the snapshot is a whole second after this one (squeue prints seconds).
+BASE = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+# Jobs are submitted in bursts (scripts, sweeps): five share a submit second.
+BURST = 5
+
+# Job g (0-based) has Slurm id g + 1 and submit token md5(g). The last `queued`
+# jobs are unfinished: with k = g - (jobs - queued), even k pend (reason
+# Priority), odd k run since BASE + 1 h + k // BURST; the rest ended in one of
+# the terminal states. md5 gives unique tokens the snapshot can recompute.
+FILL_SQL = """
+INSERT INTO jobs_job (
+    owner_id, project_id, cluster_id, partition_id, template_id,
+    name, nodes, gpus_per_node, cpus_per_gpu, mem_per_gpu_gb, time_limit_minutes,
+    working_directory, output_path, error_path, environment, "array", array_tasks,
+    script, rendered_script, submit_token, idempotency_key, submit_attempts,
+    claimed_until, submit_error, cancel_requested_at,
+    slurm_job_id, state, slurm_state, reason, exit_code,
+    billing_weight, requested_gpu_seconds, used_gpu_seconds,
+    created_at, submitted_at, started_at, ended_at, updated_at
+)
+SELECT
+    %(owner)s, %(project)s, %(cluster)s, %(partition)s, NULL,
+    'train-' || g, 1, 1, 8, 32, 60,
+    '/home/bench/runs', 'slurm-%%j.out', 'slurm-%%j.out', '{}'::jsonb, '', 1,
+    'python train.py --epochs 10' || chr(10), %(rendered)s, md5(g::text)::uuid, '', 1,
+    NULL, '', NULL,
+    g + 1, u.state, u.slurm_state, u.reason, u.exit_code,
+    1.000, 3600, u.used,
+    t.submitted, t.submitted, u.started, u.ended, t.submitted
+FROM generate_series(0, %(jobs)s - 1) AS g
+CROSS JOIN LATERAL (SELECT g - (%(jobs)s - %(queued)s) AS k) AS q
+CROSS JOIN LATERAL (
+    SELECT
+        q.k,
+        -- Finished jobs are older than the queue: one a minute before BASE.
+        CASE WHEN q.k >= 0 THEN %(base)s::timestamptz + make_interval(secs => q.k / %(burst)s)
+             ELSE %(base)s::timestamptz - make_interval(mins => %(jobs)s - g) END AS submitted
+) AS t
+CROSS JOIN LATERAL (
+    SELECT
+        CASE WHEN t.k < 0 THEN (ARRAY['completed', 'completed', 'completed', 'completed',
+                                      'completed', 'completed', 'failed', 'cancelled',
+                                      'timeout', 'out_of_memory'])[g %% 10 + 1]
+             WHEN t.k %% 2 = 0 THEN 'pending' ELSE 'running' END AS state,
+        CASE WHEN t.k < 0 THEN (ARRAY['COMPLETED', 'COMPLETED', 'COMPLETED', 'COMPLETED',
+                                      'COMPLETED', 'COMPLETED', 'FAILED', 'CANCELLED',
+                                      'TIMEOUT', 'OUT_OF_MEMORY'])[g %% 10 + 1]
+             WHEN t.k %% 2 = 0 THEN 'PENDING' ELSE 'RUNNING' END AS slurm_state,
+        CASE WHEN t.k >= 0 AND t.k %% 2 = 0 THEN 'Priority' ELSE '' END AS reason,
+        CASE WHEN t.k < 0 THEN (g %% 10 >= 6)::int END AS exit_code,
+        CASE WHEN t.k < 0 THEN 600 END AS used,
+        CASE WHEN t.k < 0 THEN t.submitted + interval '1 minute'
+             WHEN t.k %% 2 = 1 THEN %(base)s::timestamptz + interval '1 hour'
+                                    + make_interval(secs => t.k / %(burst)s) END AS started,
+        CASE WHEN t.k < 0 THEN t.submitted + interval '11 minutes' END AS ended
+) AS u
+"""
+RENDERED = (
+    "#!/bin/bash\n#SBATCH --job-name=train\n#SBATCH --account=bench\n#SBATCH --partition=gpu\n"
+    "#SBATCH --nodes=1\n#SBATCH --gpus-per-node=1\n#SBATCH --time=60\n"
+    "#SBATCH --chdir=/home/bench/runs\n#SBATCH --output=slurm-%j.out\n"
+    "python train.py --epochs 10\n"
+)
+
+
+def admin(sql: str) -> None:
+    with psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(sql)
+
+
+def slurm_time(at: dt.datetime) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def snapshot(jobs: int, queued: int, changed: int) -> tuple[str, list[int]]:
+    """squeue's text for the unfinished jobs as the cli adapter reads it, `changed` of them
+    different from the database (half started, half with a new reason); and the Slurm
+    ids of the changed ones."""
+    first = jobs - queued
+    step = queued // changed  # every step-th pending job changes
+    records, differ = [], []
+    for k in range(queued):
+        g = first + k
+        submitted = BASE + dt.timedelta(seconds=k // BURST)
+        token = uuid.UUID(hashlib.md5(str(g).encode()).hexdigest())  # noqa: S324 - not security
+        if k % 2:
+            state, reason = "RUNNING", "None"
+            start = slurm_time(BASE + dt.timedelta(hours=1, seconds=k // BURST))
+        elif k % (2 * step) == 0:  # started since the last sync
+            state, reason = "RUNNING", "None"
+            start = slurm_time(BASE + dt.timedelta(hours=2, seconds=k // BURST))
+            differ.append(g + 1)
+        else:
+            state, start = "PENDING", "N/A"
+            reason = "Resources" if k % (2 * step) == 2 else "Priority"
+            if reason == "Resources":
+                differ.append(g + 1)
+        fields = (
+            str(g + 1), str(g + 1), "N/A", USER, ACCOUNT, PARTITION, state, reason,
+            slurm_time(submitted), start, "1:00:00", f"portal:{token}", f"train-{g}",
+        )  # fmt: skip
+        records.append(FIELD_SEPARATOR.join(fields) + RECORD_SEPARATOR + "\n")
+    return "".join(records), differ
+
+
+def reset(cluster: Cluster, slurm_ids: list[int]) -> None:
+    """Put the changed jobs back as they were before the snapshot and drop their events.
+
+    Then VACUUM, as autovacuum would between syncs: without it every repeat on the same
+    1,000 rows adds two dead versions of each, and the runs slow down one after another.
+    """
+    Job.objects.filter(cluster=cluster, slurm_job_id__in=slurm_ids).update(
+        state=Job.State.PENDING, slurm_state="PENDING", reason="Priority", started_at=None
+    )
+    JobEvent.objects.filter(job__cluster=cluster, job__slurm_job_id__in=slurm_ids).delete()
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM jobs_job, jobs_jobevent")
+
+
+def timed(action: Callable[[], object], repeat: int, before: Callable[[], object]) -> list[float]:
+    # As timeit does: the collector is off while a step runs, so a collection that
+    # the previous step's garbage triggers is not billed to this one.
+    times = []
+    for _ in range(repeat):
+        before()
+        gc.collect()
+        gc.disable()
+        try:
+            started = time.perf_counter()
+            action()
+            times.append(time.perf_counter() - started)
+        finally:
+            gc.enable()
+    return times
+
+
+def explain(sql: str) -> tuple[list[str], float]:
+    """EXPLAIN ANALYZE of a statement Django ran, rolled back: its plan and execution time."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, WAL) {sql}")
+        lines = [row[0] for row in cursor.fetchall()]
+        transaction.set_rollback(True)
+    execution = next(line for line in lines if line.startswith("Execution Time:"))
+    return lines, float(execution.split()[2])
+
+
+def captured_apply(cluster: Cluster, entries: list[QueueEntry]) -> tuple[QueueSyncResult, list]:
+    with CaptureQueriesContext(connection) as captured:
+        result = queue_apply(cluster=cluster, entries=entries)
+    return result, captured.captured_queries
+
+
+def profile(action: Callable[[], object], top: int = 15) -> str:
+    profiler = cProfile.Profile()
+    profiler.runcall(action)
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(top)
+    return out.getvalue()
+
+
+def slurmctld_up() -> bool:
+    status = subprocess.run([str(STACK), "status"], capture_output=True, text=True, check=False)
+    return any(
+        line.split()[:2] == ["slurmctld", "up"] for line in status.stdout.splitlines() if line
+    )
+
+
+def real_squeue(repeat: int) -> dict[str, float] | None:
+    """The dev cluster's own queue, read raw and through the cli adapter (reference only)."""
+    if not slurmctld_up():
+        return None
+    argv = ["squeue", "--noheader", "--all", "--states=all", "-o", SQUEUE_FORMAT]
+    client = CliClient(cluster_name="portal-dev", run_as_prefix="", timeout_s=30)
+
+    def raw() -> str:
+        return subprocess.run(
+            argv, capture_output=True, text=True, check=True, env=slurm_environment()
+        ).stdout
+
+    raw_s = statistics.median(timed(raw, repeat, lambda: None))
+    adapter_s = statistics.median(timed(client.queue, repeat, lambda: None))
+    return {"jobs": len(client.queue()), "raw_s": raw_s, "adapter_s": adapter_s}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=1_000_000)
+    parser.add_argument("--queued", type=int, default=10_000)
+    parser.add_argument("--changed", type=int, default=1_000)
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--profile", action="store_true", help="print a profile of one apply")
+    args = parser.parse_args()
+    if not 0 < args.changed <= args.queued // 2 <= args.jobs // 2:
+        parser.error("need 0 < changed <= queued / 2 <= jobs / 2")
+
+    admin(f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
+    admin(f"CREATE DATABASE {BENCH_DATABASE}")
+    try:
+        run(args)
+    finally:
+        connections.close_all()
+        admin(f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
+
+
+def fill(args: argparse.Namespace) -> tuple[Cluster, float]:
+    cluster = cluster_register(name="bench")
+    partition = Partition.objects.create(
+        cluster=cluster, name=PARTITION, is_default=True, nodes=100, gpus_per_node=8
+    )
+    project = project_create(slug=ACCOUNT, name="Bench", slurm_account=ACCOUNT)
+    owner = user_create(username=USER, password="bench-pass-1234", posix_username=USER)  # noqa: S106
+    membership_set(project=project, user=owner, role="pi")
+    started = time.perf_counter()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            FILL_SQL,
+            {
+                "owner": owner.pk,
+                "project": project.pk,
+                "cluster": cluster.pk,
+                "partition": partition.pk,
+                "rendered": RENDERED,
+                "jobs": args.jobs,
+                "queued": args.queued,
+                "base": BASE,
+                "burst": BURST,
+            },
+        )
+        cursor.execute("VACUUM ANALYZE")  # visibility map and statistics: no autovacuum mid-run
+    return cluster, time.perf_counter() - started
+
+
+def run(args: argparse.Namespace) -> None:
+    started = time.perf_counter()
+    call_command("migrate", verbosity=0)
+    migrate_s = time.perf_counter() - started
+    cluster, fill_s = fill(args)
+    jobs_in_db = Job.objects.count()
+    unfinished_in_db = Job.objects.filter(state__in=["pending", "running"]).count()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_total_relation_size('jobs_job'), pg_relation_size('job_unfinished')"
+        )
+        table_bytes, index_bytes = cursor.fetchone()
+
+    text, differ = snapshot(args.jobs, args.queued, args.changed)
+    entries = parse_squeue(text)
+    assert len(entries) == args.queued and len(differ) == args.changed
+
+    def reset_changed() -> None:
+        reset(cluster, differ)
+
+    # A first apply creates the cluster's sync row; the ones measured find it.
+    reset_changed()
+    queue_apply(cluster=cluster, entries=entries)
+    # One apply to check the snapshot: exactly the changed jobs are written, nothing
+    # vanishes; its queries, then those of an apply that finds nothing changed.
+    reset_changed()
+    result, queries = captured_apply(cluster, entries)
+    assert result.changed == args.changed, result
+    assert not result.vanished, len(result.vanished)
+    events = JobEvent.objects.filter(job__cluster=cluster).count()
+    unchanged, unchanged_queries = captured_apply(cluster, entries)
+    assert unchanged.changed == 0, unchanged
+    select_sql = next(q["sql"] for q in queries if q["sql"].startswith('SELECT "jobs_job"'))
+    update_sql = next(q["sql"] for q in queries if q["sql"].lstrip().startswith("UPDATE jobs_job"))
+
+    def parse_cold() -> None:
+        parse_slurm_time.cache_clear()  # a worker's first sync, before the cache knows the times
+        parse_squeue(text)
+
+    # Round after round, each kind once, so a change in the machine's load hits all alike.
+    steps: dict[str, tuple[Callable[[], object], Callable[[], object]]] = {
+        "parse": (lambda: parse_squeue(text), lambda: None),
+        "parse_cold": (parse_cold, lambda: None),
+        "apply": (lambda: queue_apply(cluster=cluster, entries=entries), reset_changed),
+        "cycle": (lambda: queue_apply(cluster=cluster, entries=parse_squeue(text)), reset_changed),
+        # Right after a cycle nothing has changed: what most syncs of a quiet queue cost.
+        "unchanged": (lambda: queue_apply(cluster=cluster, entries=entries), lambda: None),
+    }
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(args.repeat):
+        for name, (action, before) in steps.items():
+            times[name] += timed(action, 1, before)
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    parse_s, parse_cold_s = medians["parse"], medians["parse_cold"]
+    apply_s, cycle_s, unchanged_s = medians["apply"], medians["cycle"], medians["unchanged"]
+    reset_changed()
+    plan, plan_ms = explain(select_sql)
+    update_plan, update_ms = explain(update_sql)
+    profiled = ""
+    if args.profile:
+        profiled = profile(lambda: queue_apply(cluster=cluster, entries=entries))
+        reset_changed()
+    reference = real_squeue(args.repeat)
+    ratio = cycle_s / parse_s
+
+    load = os.getloadavg()[0]
+    rows = [
+        ("load average (1 min) at the start", f"{load:.2f}"),
+        ("migrate", f"{migrate_s:.2f} s"),
+        ("fill (INSERT … SELECT, VACUUM ANALYZE)", f"{fill_s:.2f} s"),
+        ("jobs in the database", f"{jobs_in_db:,}"),
+        ("  of them unfinished (pending/running)", f"{unfinished_in_db:,}"),
+        ("jobs table with indexes", f"{table_bytes / 2**20:,.0f} MiB"),
+        ("partial index job_unfinished", f"{index_bytes / 2**10:,.0f} KiB"),
+        ("queue snapshot: jobs", f"{len(entries):,}"),
+        ("queue snapshot: size", f"{len(text.encode()) / 2**10:,.0f} KiB"),
+        ("queue snapshot: changed", f"{len(differ):,}"),
+        ("jobs written by apply / events", f"{result.changed:,} / {events:,}"),
+        (f"SQL queries of one apply, {len(differ):,} changed", f"{len(queries)}"),
+        ("SQL queries of one apply, none changed", f"{len(unchanged_queries)}"),
+        (f"parse, median of {args.repeat}", f"{parse_s * 1000:.1f} ms"),
+        ("parse, time cache cleared", f"{parse_cold_s * 1000:.1f} ms"),
+        (f"apply, median of {args.repeat}", f"{apply_s * 1000:.1f} ms"),
+        (
+            f"  apply target (< {TARGET_APPLY_S:g} s)",
+            "met" if apply_s < TARGET_APPLY_S else "MISSED",
+        ),
+        ("  unfinished-jobs read (plan execution)", f"{plan_ms:.1f} ms"),
+        ("  jobs UPDATE (plan execution)", f"{update_ms:.1f} ms"),
+        ("apply, nothing changed", f"{unchanged_s * 1000:.1f} ms"),
+        (f"cycle (parse + apply), median of {args.repeat}", f"{cycle_s * 1000:.1f} ms"),
+        ("cycle / parse ratio", f"{ratio:.2f}"),
+        (f"  ratio target (<= {TARGET_RATIO:g})", "met" if ratio <= TARGET_RATIO else "MISSED"),
+    ]
+    if reference is not None:
+        rows += [
+            (f"dev cluster's own queue ({reference['jobs']:.0f} jobs), reference only", ""),
+            ("  raw squeue", f"{reference['raw_s'] * 1000:.1f} ms"),
+            ("  cli adapter queue() (squeue + parse)", f"{reference['adapter_s'] * 1000:.1f} ms"),
+        ]
+    else:
+        rows.append(("dev cluster's own queue", "slurmctld down"))
+    width = max(len(label) for label, _ in rows) + 2
+    for label, value in rows:
+        print(f"{label:<{width}}{value:>16}")
+    print()
+    print(f"the SQL of one apply with {len(differ):,} changed (ms, statement):")
+    for query in queries:
+        sql = " ".join(query["sql"].split())
+        print(f"  {float(query['time']) * 1000:7.1f}  {sql[:110]}{'…' if len(sql) > 110 else ''}")
+    print()
+    print("the unfinished jobs, as apply reads them:")
+    print("\n".join(f"  {line}" for line in plan))
+    print()
+    print("the changed jobs, as apply writes them (rolled back):")
+    print("\n".join(f"  {line}" for line in update_plan))
+    if args.profile:
+        print()
+        print(profiled)
+    figures: dict[str, float | int] = {
+        "jobs_in_db": jobs_in_db,
+        "queue_entries": len(entries),
+        "changed": len(differ),
+        "parse_s": round(parse_s, 4),
+        "parse_cold_s": round(parse_cold_s, 4),
+        "apply_s": round(apply_s, 4),
+        "apply_unchanged_s": round(unchanged_s, 4),
+        "sync_cycle_s": round(cycle_s, 4),
+        "sync_vs_parse_ratio": round(ratio, 2),
+        "apply_queries": len(queries),
+        "apply_unchanged_queries": len(unchanged_queries),
+        "unfinished_read_plan_ms": round(plan_ms, 1),
+        "update_plan_ms": round(update_ms, 1),
+        "apply_target_s": TARGET_APPLY_S,
+        "ratio_target": TARGET_RATIO,
+        "load_average_1min": round(load, 2),
+    }
+    if reference is not None:
+        figures["dev_squeue_jobs"] = int(reference["jobs"])
+        figures["dev_squeue_raw_s"] = round(reference["raw_s"], 4)
+        figures["dev_squeue_adapter_s"] = round(reference["adapter_s"], 4)
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
