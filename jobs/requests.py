@@ -21,7 +21,7 @@ from clusters.models import Cluster, Partition
 from jobs import paths, scripts
 from jobs.errors import JobInvalid
 from jobs.models import Job, JobTemplate
-from jobs.states import JobState
+from jobs.states import TERMINAL_STATES, JobState
 
 # Slurm's own defaults: one file per job, or per array task.
 DEFAULT_OUTPUT = "slurm-%j.out"
@@ -180,17 +180,8 @@ def _dependencies(user: User, ids: tuple[int, ...] | list[int]) -> list[Job]:
     return list(found.values())
 
 
-DEPENDENCY_NEVER_OK = frozenset(
-    {
-        JobState.FAILED,
-        JobState.CANCELLED,
-        JobState.TIMEOUT,
-        JobState.OUT_OF_MEMORY,
-        JobState.NODE_FAIL,
-        JobState.PREEMPTED,
-        JobState.SUBMIT_FAILED,
-    }
-)
+# Every end but success: a job waiting on one of these could never start.
+DEPENDENCY_NEVER_OK = TERMINAL_STATES - {JobState.COMPLETED}
 
 
 def _int(values: dict[str, Any], name: str, *, optional: bool = False) -> int | None:

@@ -65,3 +65,21 @@ def bulk_jobs(*, owner, project, count: int, state: str = "completed", **fields)
         )
         for n in range(count)
     )
+
+
+def run_to_the_end(job, *, timeout_s: float = 120):
+    """Do what beat does (queue sync, then accounting once the job is gone) until the job
+    is charged; returns it refreshed."""
+    from jobs.states import TERMINAL_STATES
+    from jobs.sync import accounting_sync, queue_sync
+
+    def charged():
+        result = queue_sync(cluster=job.cluster)
+        job.refresh_from_db()
+        if job.state in TERMINAL_STATES or result.vanished:
+            accounting_sync(cluster=job.cluster)
+            job.refresh_from_db()
+        return job.used_gpu_seconds is not None
+
+    wait_for(charged, timeout_s=timeout_s, interval_s=0.3, what=f"job {job.pk} to be charged")
+    return job

@@ -7,10 +7,8 @@ import pwd
 import pytest
 
 from jobs.models import Job
-from jobs.states import TERMINAL_STATES
-from jobs.sync import accounting_sync, queue_sync
 from tests.api.conftest import error_of, make_job
-from tests.factories import wait_for
+from tests.factories import run_to_the_end
 
 pytestmark = pytest.mark.slurm
 
@@ -111,16 +109,7 @@ def test_a_job_made_through_the_api_runs_and_its_output_is_read_through_it(
     assert created.status_code == 201
     job = Job.objects.get(pk=created.json()["id"])
 
-    def ended():
-        # What beat does: sync the queue, then read accounting once the job is gone.
-        result = queue_sync(cluster=job.cluster)
-        job.refresh_from_db()
-        if job.state in TERMINAL_STATES or result.vanished:
-            accounting_sync(cluster=job.cluster)
-            job.refresh_from_db()
-        return job.used_gpu_seconds is not None
-
-    wait_for(ended, timeout_s=120, interval_s=0.5, what="the job to run and be charged")
+    run_to_the_end(job)
     shown = client.get(f"/api/v1/jobs/{job.pk}/").json()
     assert shown["state"] == "completed" and shown["exit_code"] == 0
     assert shown["slurm_job_id"] and shown["used_gpu_hours"] is not None

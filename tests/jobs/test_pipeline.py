@@ -7,27 +7,12 @@ from accounts.selectors import project_balance
 from jobs.models import AccountingRecord, Job
 from jobs.selectors import job_output
 from jobs.services import job_create
-from jobs.states import TERMINAL_STATES, JobState
-from jobs.sync import accounting_sync, queue_sync
+from jobs.states import JobState
+from jobs.sync import accounting_sync
 from tests.conftest import DEV_CLUSTER
-from tests.factories import request_for, wait_for
+from tests.factories import request_for, run_to_the_end, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
-
-
-def run_to_the_end(job: Job, *, timeout_s: float = 120) -> Job:
-    """Do what beat does (queue sync, then accounting) until the job is charged."""
-
-    def charged():
-        result = queue_sync(cluster=job.cluster)
-        job.refresh_from_db()
-        if job.state in TERMINAL_STATES or result.vanished:
-            accounting_sync(cluster=job.cluster)
-            job.refresh_from_db()
-        return job.used_gpu_seconds is not None
-
-    wait_for(charged, timeout_s=timeout_s, interval_s=0.3, what=f"job {job.pk} to be charged")
-    return job
 
 
 def test_a_job_runs_as_its_owner_and_is_charged_what_it_used(
