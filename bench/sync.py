@@ -24,8 +24,14 @@ adapter's format on whatever the dev cluster has queued, for reference only (a
 cluster with 10,000 queued jobs is not at hand, so the recorded text is the
 baseline).
 
+With `--live` it also queues as many held jobs on the dev cluster (as root, in
+an account of its own, cancelled at the end) and times the raw `squeue`
+listing of them: the issue's baseline. The live cycle is the adapter's
+`queue()` (squeue + parse) plus apply; its ratio to the raw listing is
+`sync_vs_listing_ratio`.
+
     .venv/bin/python bench/sync.py [--jobs 1000000] [--queued 10000] [--changed 1000] [--repeat 7]
-                                   [--profile]  (cProfile of one apply)
+                                   [--profile]  (cProfile of one apply)  [--live]
 
 Needs only PostgreSQL on 127.0.0.1:5432 (user postgres, trust auth).
 """
@@ -45,6 +51,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -267,6 +274,39 @@ def real_squeue(repeat: int) -> dict[str, float] | None:
     return {"jobs": len(client.queue()), "raw_s": raw_s, "adapter_s": adapter_s}
 
 
+LIVE_ACCOUNT = "benchqueue"
+
+
+def _sbatch_held(count: int) -> None:
+    argv = ["sbatch", "--parsable", "--hold", f"--account={LIVE_ACCOUNT}", "--partition=debug",
+            "--time=1", "--output=/dev/null", "--chdir=/tmp", "--wrap=true"]  # fmt: skip
+    for _ in range(count):
+        subprocess.run(argv, capture_output=True, check=True, env=slurm_environment())
+
+
+def live_queue(jobs: int, repeat: int) -> dict[str, float]:
+    """Fill the dev cluster's queue with ``jobs`` held jobs (root, an account of their own),
+    time the raw squeue listing and the adapter's queue() of them, then cancel them."""
+    sacctmgr = ["sacctmgr", "-i"]
+    subprocess.run([*sacctmgr, "add", "account", LIVE_ACCOUNT], capture_output=True, check=False)
+    subprocess.run(
+        [*sacctmgr, "add", "user", "root", f"account={LIVE_ACCOUNT}"],
+        capture_output=True,
+        check=False,
+    )
+    started = time.perf_counter()
+    try:
+        # sbatch is mostly waiting for slurmctld: a few at a time fill the queue faster.
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(_sbatch_held, [jobs // 8 + (i < jobs % 8) for i in range(8)]))
+        fill_s = time.perf_counter() - started
+        reference = real_squeue(repeat)
+        assert reference is not None
+        return {**reference, "fill_s": fill_s}
+    finally:
+        subprocess.run(["scancel", f"--account={LIVE_ACCOUNT}"], capture_output=True, check=False)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1_000_000)
@@ -274,6 +314,11 @@ def main() -> None:
     parser.add_argument("--changed", type=int, default=1_000)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--profile", action="store_true", help="print a profile of one apply")
+    parser.add_argument(
+        "--live",
+        action="store_true",
+        help="also queue --queued held jobs on the dev cluster and time the real listing of them",
+    )
     args = parser.parse_args()
     if not 0 < args.changed <= args.queued // 2 <= args.jobs // 2:
         parser.error("need 0 < changed <= queued / 2 <= jobs / 2")
@@ -378,6 +423,7 @@ def run(args: argparse.Namespace) -> None:
         profiled = profile(lambda: queue_apply(cluster=cluster, entries=entries))
         reset_changed()
     reference = real_squeue(args.repeat)
+    live = live_queue(args.queued, args.repeat) if args.live else None
     ratio = cycle_s / parse_s
 
     load = os.getloadavg()[0]
@@ -417,6 +463,23 @@ def run(args: argparse.Namespace) -> None:
         ]
     else:
         rows.append(("dev cluster's own queue", "slurmctld down"))
+    if live is not None:
+        # The issue's baseline: the raw queue listing of as many jobs; the cycle is the
+        # adapter's listing (squeue + parse) plus applying it.
+        live_cycle_s = live["adapter_s"] + apply_s
+        live_ratio = live_cycle_s / live["raw_s"]
+        rows += [
+            (f"live queue: {live['jobs']:.0f} held jobs on the dev cluster", ""),
+            ("  filled in", f"{live['fill_s']:.1f} s"),
+            ("  raw squeue listing (the baseline)", f"{live['raw_s'] * 1000:.1f} ms"),
+            ("  cli adapter queue() (squeue + parse)", f"{live['adapter_s'] * 1000:.1f} ms"),
+            ("  cycle: adapter queue() + apply", f"{live_cycle_s * 1000:.1f} ms"),
+            ("  cycle / raw listing ratio", f"{live_ratio:.2f}"),
+            (
+                f"  ratio target (<= {TARGET_RATIO:g})",
+                "met" if live_ratio <= TARGET_RATIO else "MISSED",
+            ),
+        ]
     width = max(len(label) for label, _ in rows) + 2
     for label, value in rows:
         print(f"{label:<{width}}{value:>16}")
@@ -456,6 +519,12 @@ def run(args: argparse.Namespace) -> None:
         figures["dev_squeue_jobs"] = int(reference["jobs"])
         figures["dev_squeue_raw_s"] = round(reference["raw_s"], 4)
         figures["dev_squeue_adapter_s"] = round(reference["adapter_s"], 4)
+    if live is not None:
+        figures["live_queue_jobs"] = int(live["jobs"])
+        figures["live_squeue_raw_s"] = round(live["raw_s"], 4)
+        figures["live_adapter_queue_s"] = round(live["adapter_s"], 4)
+        figures["live_sync_cycle_s"] = round(live["adapter_s"] + apply_s, 4)
+        figures["sync_vs_listing_ratio"] = round((live["adapter_s"] + apply_s) / live["raw_s"], 2)
     print(json.dumps(figures))
 
 

@@ -210,9 +210,13 @@ class JobListItemSerializer(JobSerializer):
 
 
 # The list's fields that are columns of the job row (the rest are related or computed).
-JOB_COLUMNS = {
-    f.name for f in Job._meta.concrete_fields if not f.is_relation
-} | {"owner", "project", "cluster", "partition", "template"}
+JOB_COLUMNS = {f.name for f in Job._meta.concrete_fields if not f.is_relation} | {
+    "owner",
+    "project",
+    "cluster",
+    "partition",
+    "template",
+}
 
 
 class JobDetailSerializer(JobSerializer):
