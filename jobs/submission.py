@@ -13,7 +13,7 @@ import logging
 from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
-from django.db.models import Count, F, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from accounts import ledger
@@ -92,7 +92,7 @@ def submit_request_for(prepared: PreparedJob) -> SubmitRequest:
 def _after_ok(job: Job) -> tuple[int, ...]:
     """Slurm ids of the dependencies still to finish; raises when one can never succeed."""
     ids: list[int] = []
-    if not getattr(job, "dependency_count", 1):
+    if not getattr(job, "has_dependencies", True):
         return ()  # no dependencies: no query
     for dependency in job.depends_on.all():
         if dependency.state in DEPENDENCY_NEVER_OK:
@@ -144,7 +144,11 @@ def _claim(job_id: int) -> Job | None:
         )
         job = (
             Job.objects.select_related("cluster", "project", "partition", "owner")
-            .annotate(dependency_count=Count("depends_on"))
+            .annotate(
+                has_dependencies=Exists(
+                    Job.depends_on.through.objects.filter(from_job=OuterRef("pk"))
+                )
+            )
             .get(pk=job_id)
             if claimed
             else None
@@ -185,7 +189,7 @@ def _record_submitted(job: Job, slurm_job_id: int, *, rendered_script: str) -> J
             JobEvent.objects.create(
                 job=job, at=now, state=JobState.PENDING, detail=f"Slurm job {slurm_job_id}"
             )
-    job.refresh_from_db()
+    job.refresh_from_db(fields=["state", "slurm_job_id", "submitted_at", "cancel_requested_at"])
     if job.cancel_requested_at is not None:
         from jobs.tasks import job_cancel_task
 
