@@ -50,19 +50,17 @@ from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from bench import own_database  # noqa: E402
+
 BENCH_DATABASE = "portal_bench_api"
-BENCH_URL = f"postgresql://postgres@127.0.0.1:5432/{BENCH_DATABASE}"
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
-# Forced, not defaulted: the benchmark must never write to the dev database.
-os.environ["PORTAL_DATABASE_URL"] = BENCH_URL
-os.environ["PORTAL_DEBUG"] = "false"  # no query log: measure what production runs
+BENCH_URL = own_database.url(BENCH_DATABASE)
+own_database.use(BENCH_DATABASE)
 os.environ["PORTAL_API_RATE"] = "off"  # 8 clients flat out would be throttled at once
 os.environ["PORTAL_API_ANON_RATE"] = "off"
 os.environ.setdefault("PORTAL_LOG_LEVEL", "WARNING")  # not a line per user and project made
 
 import django  # noqa: E402
 import httpx  # noqa: E402
-import psycopg  # noqa: E402
 
 django.setup()
 # Static files are collected by `make up`; the API needs none.
@@ -80,7 +78,6 @@ from clusters.models import Partition  # noqa: E402
 from clusters.services import cluster_register  # noqa: E402
 from jobs.models import Job  # noqa: E402
 
-ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 TARGET_RATIO = 3.0
 PAGE_SIZE = 50
 USERS = 10
@@ -135,11 +132,6 @@ RENDERED = (
     "#SBATCH --chdir=/home/bench/runs\n#SBATCH --output=/home/bench/runs/slurm-%j.out\n"
     "python train.py --epochs 10\n"
 )
-
-
-def admin(sql: str) -> None:
-    with psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
-        conn.execute(sql)
 
 
 def fill(args: argparse.Namespace) -> tuple[str, float]:
@@ -347,13 +339,7 @@ def main() -> None:
     if args.user_jobs < args.depth * PAGE_SIZE:
         parser.error("the user needs at least --depth pages of jobs")
 
-    admin(f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
-    admin(f"CREATE DATABASE {BENCH_DATABASE}")
-    try:
-        run(args)
-    finally:
-        connections.close_all()
-        admin(f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
+    own_database.fresh(BENCH_DATABASE, lambda: run(args))
 
 
 def run(args: argparse.Namespace) -> None:

@@ -19,7 +19,6 @@ Needs only PostgreSQL on 127.0.0.1:5432 (user postgres, trust auth).
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import threading
@@ -27,18 +26,17 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
-# Forced, not defaulted: the benchmark must never write to the dev database.
-os.environ["PORTAL_DATABASE_URL"] = "postgresql://postgres@127.0.0.1:5432/portal_bench"
-os.environ["PORTAL_DEBUG"] = "false"  # no query log: measure what production runs
+from bench import own_database
 
-import django
-import psycopg
+BENCH_DATABASE = "portal_bench"
+own_database.use(BENCH_DATABASE)
+
+import django  # noqa: E402
 
 django.setup()
 
 from django.core.management import call_command  # noqa: E402
-from django.db import connection, connections  # noqa: E402
+from django.db import connection  # noqa: E402
 from django.db.models import Sum  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.utils import timezone  # noqa: E402
@@ -50,8 +48,6 @@ from accounts.selectors import ledger_drift, project_balance  # noqa: E402
 from accounts.services import project_create  # noqa: E402
 from clusters.services import cluster_register  # noqa: E402
 
-ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-BENCH_DATABASE = "portal_bench"
 GRANT_GPU_HOURS = 10_000_000
 HOLD_GPU_SECONDS = 3600
 TARGET_BALANCE_MS = 20.0
@@ -90,11 +86,6 @@ WHERE a.id = %(allocation)s
 """
 
 
-def admin(sql: str) -> None:
-    with psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
-        conn.execute(sql)
-
-
 def timed_ms(call, runs: int) -> list[float]:
     times = []
     for _ in range(runs):
@@ -106,15 +97,6 @@ def timed_ms(call, runs: int) -> list[float]:
 
 def p99(values: list[float]) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[98]
-
-
-def explain(sql: str) -> tuple[list[str], float]:
-    """EXPLAIN ANALYZE of a statement Django ran: the plan's lines and its execution time."""
-    with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}")
-        lines = [row[0] for row in cursor.fetchall()]
-    execution = next(line for line in lines if line.startswith("Execution Time:"))
-    return lines, float(execution.split()[2])
 
 
 def fill(allocation: Allocation, count: int) -> float:
@@ -190,13 +172,7 @@ def main() -> None:
     parser.add_argument("--naive-runs", type=int, default=10)
     args = parser.parse_args()
 
-    admin(f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
-    admin(f"CREATE DATABASE {BENCH_DATABASE}")
-    try:
-        run(args)
-    finally:
-        connections.close_all()
-        admin(f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
+    own_database.fresh(BENCH_DATABASE, lambda: run(args))
 
 
 def run(args: argparse.Namespace) -> None:
@@ -227,7 +203,7 @@ def run(args: argparse.Namespace) -> None:
         project_balance(project)
     balance_sql = captured.captured_queries[-1]["sql"]
     balance_ms = timed_ms(lambda: project_balance(project), args.balance_runs)
-    balance_plan, balance_execution_ms = explain(balance_sql)
+    balance_plan, balance_execution_ms = own_database.explain(balance_sql)
 
     # The baseline: summing every entry of the project.
     def naive() -> int:
@@ -240,7 +216,7 @@ def run(args: argparse.Namespace) -> None:
         naive()
     naive_sql = captured.captured_queries[-1]["sql"]
     naive_ms = timed_ms(naive, args.naive_runs)
-    naive_plan, naive_execution_ms = explain(naive_sql)
+    naive_plan, naive_execution_ms = own_database.explain(naive_sql)
     balance_median, naive_median = statistics.median(balance_ms), statistics.median(naive_ms)
 
     # Holds: one client alone (the baseline), then all clients at once.

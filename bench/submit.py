@@ -49,19 +49,17 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
-# Forced, not defaulted: the benchmark must never write to the dev database (the
-# worker gets the same URL from the tests' running_worker).
-os.environ["PORTAL_DATABASE_URL"] = "postgresql://postgres@127.0.0.1:5432/portal_bench_submit"
-os.environ["PORTAL_DEBUG"] = "false"  # no query log: measure what production runs
+from bench import own_database  # noqa: E402
+
+# The worker gets the same database from the tests' running_worker.
+BENCH_DATABASE = "portal_bench_submit"
+own_database.use(BENCH_DATABASE)
 
 import django  # noqa: E402
-import psycopg  # noqa: E402
 
 django.setup()
 
 from django.core.management import call_command  # noqa: E402
-from django.db import connections  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from accounts.ledger import allocation_grant  # noqa: E402
@@ -80,17 +78,10 @@ from jobs.submission import submit_request_for  # noqa: E402
 from portal.celery import app  # noqa: E402
 from tests.conftest import DEV_CLUSTER, running_worker  # noqa: E402
 
-ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-BENCH_DATABASE = "portal_bench_submit"
 STACK = REPO / "dev" / "stack"
 USER, PARTITION = "alice", "debug"
 TARGET_RATIO = 0.7
 NEEDED = ("postgresql", "redis", "slurmctld", "slurmd", "slurmdbd")
-
-
-def admin(sql: str) -> None:
-    with psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
-        conn.execute(sql)
 
 
 def stack_down() -> list[str]:
@@ -209,8 +200,6 @@ def main() -> None:
     args = parser.parse_args()
     wait_for_stack(timeout_s=600)
 
-    admin(f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
-    admin(f"CREATE DATABASE {BENCH_DATABASE}")
     account = f"b{uuid.uuid4().hex[:10]}"
     entry = pwd.getpwnam(USER)
     workdir = Path(entry.pw_dir) / "portal-bench" / uuid.uuid4().hex[:8]
@@ -218,15 +207,13 @@ def main() -> None:
     for part in (workdir.parent, workdir):
         os.chown(part, entry.pw_uid, entry.pw_gid)
     try:
-        run(args, account, workdir)
+        own_database.fresh(BENCH_DATABASE, lambda: run(args, account, workdir))
     finally:
         slurm("scancel", f"--account={account}")
         drain(account, timeout_s=30)
         deleted = slurm("sacctmgr", "-i", "delete", "account", account)
         if deleted.returncode != 0:
             print(f"sacctmgr delete account {account}: {deleted.stderr.strip()}", file=sys.stderr)
-        connections.close_all()
-        admin(f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
         shutil.rmtree(workdir, ignore_errors=True)
         with contextlib.suppress(OSError):  # another run's directory may still be in it
             workdir.parent.rmdir()

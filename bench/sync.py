@@ -55,18 +55,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
-# Forced, not defaulted: the benchmark must never write to the dev database.
-os.environ["PORTAL_DATABASE_URL"] = "postgresql://postgres@127.0.0.1:5432/portal_bench_sync"
-os.environ["PORTAL_DEBUG"] = "false"  # no query log: measure what production runs
+from bench import own_database
 
-import django
-import psycopg
+BENCH_DATABASE = "portal_bench_sync"
+own_database.use(BENCH_DATABASE)
+
+import django  # noqa: E402
 
 django.setup()
 
 from django.core.management import call_command  # noqa: E402
-from django.db import connection, connections, transaction  # noqa: E402
+from django.db import connection  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 
 from accounts.services import membership_set, project_create, user_create  # noqa: E402
@@ -84,8 +83,6 @@ from clusters.slurm.types import QueueEntry  # noqa: E402
 from jobs.models import Job, JobEvent  # noqa: E402
 from jobs.sync import QueueSyncResult, queue_apply  # noqa: E402
 
-ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-BENCH_DATABASE = "portal_bench_sync"
 STACK = Path(__file__).resolve().parent.parent / "dev" / "stack"
 TARGET_APPLY_S = 1.0
 TARGET_RATIO = 2.0
@@ -155,11 +152,6 @@ RENDERED = (
 )
 
 
-def admin(sql: str) -> None:
-    with psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
-        conn.execute(sql)
-
-
 def slurm_time(at: dt.datetime) -> str:
     return at.strftime("%Y-%m-%dT%H:%M:%S")
 
@@ -227,13 +219,8 @@ def timed(action: Callable[[], object], repeat: int, before: Callable[[], object
 
 
 def explain(sql: str) -> tuple[list[str], float]:
-    """EXPLAIN ANALYZE of a statement Django ran, rolled back: its plan and execution time."""
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, WAL) {sql}")
-        lines = [row[0] for row in cursor.fetchall()]
-        transaction.set_rollback(True)
-    execution = next(line for line in lines if line.startswith("Execution Time:"))
-    return lines, float(execution.split()[2])
+    """The plan of a statement Django ran, with its WAL, rolled back."""
+    return own_database.explain(sql, options="ANALYZE, BUFFERS, WAL", rollback=True)
 
 
 def captured_apply(cluster: Cluster, entries: list[QueueEntry]) -> tuple[QueueSyncResult, list]:
@@ -323,13 +310,7 @@ def main() -> None:
     if not 0 < args.changed <= args.queued // 2 <= args.jobs // 2:
         parser.error("need 0 < changed <= queued / 2 <= jobs / 2")
 
-    admin(f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
-    admin(f"CREATE DATABASE {BENCH_DATABASE}")
-    try:
-        run(args)
-    finally:
-        connections.close_all()
-        admin(f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
+    own_database.fresh(BENCH_DATABASE, lambda: run(args))
 
 
 def fill(args: argparse.Namespace) -> tuple[Cluster, float]:
