@@ -10,7 +10,7 @@ import logging
 from typing import Any
 
 from django.contrib.postgres.expressions import ArraySubquery
-from django.db.models import OuterRef, Q, QuerySet
+from django.db.models import OuterRef, QuerySet
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
 from rest_framework import exceptions, serializers, status
 from rest_framework.generics import ListAPIView
@@ -19,13 +19,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.api import LEADS, Conflict, caller, member_project, query, related
+from accounts.api import Conflict, caller, member_project, query, related
 from accounts.models import Membership, User
 from jobs.idempotency import IdempotencyConflict, job_create_once
 from jobs.models import Job, JobEvent, JobTemplate
 from jobs.requests import TEMPLATE_FIELDS, JobRequest
 from jobs.scripts import MAX_DEPENDENCIES
-from jobs.selectors import job_detail, job_output, jobs_visible_to, templates_for
+from jobs.selectors import job_detail, job_output, jobs_matching, templates_for
 from jobs.services import (
     job_cancel,
     job_create,
@@ -296,26 +296,18 @@ def jobs_listed(
 ) -> QuerySet[Job]:
     """The user's own jobs; with ``project``, that project's — all of them for its PI and
     co-PIs, the user's own for a member."""
-    jobs = jobs_visible_to(user)
+    project_id = None
     if project:
-        membership = Membership.objects.filter(user=user, project__slug=project).first()
-        if membership is None:
+        project_id = (
+            Membership.objects.filter(user=user, project__slug=project)
+            .values_list("project_id", flat=True)
+            .first()
+        )
+        if project_id is None:
             raise exceptions.ValidationError(
                 {"project": [f"You are not a member of a project {project!r}."]}
             )
-        jobs = jobs.filter(project_id=membership.project_id)
-        if membership.role not in LEADS:
-            jobs = jobs.filter(owner=user)
-    else:
-        jobs = jobs.filter(owner=user)
-    if states:
-        jobs = jobs.filter(state__in=states)
-    if search:
-        match = Q(name__icontains=search)
-        if search.lstrip("#").isdigit() and int(search.lstrip("#")) <= INT64:
-            number = int(search.lstrip("#"))
-            match |= Q(pk=number) | Q(slurm_job_id=number)
-        jobs = jobs.filter(match)
+    jobs = jobs_matching(user, project_id=project_id, states=states or (), search=search)
     # A page of 50 is mostly serialising: read only the columns the list shows, and the
     # dependencies' ids as an array in the same query instead of a prefetch.
     listed = [f for f in JobListItemSerializer.Meta.fields if f in JOB_COLUMNS]

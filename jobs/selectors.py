@@ -1,6 +1,7 @@
 """Reads of jobs that pages and the API share, scoped to the user who asks."""
 
 import pwd
+from collections.abc import Collection
 
 from django.conf import settings
 from django.db.models import Q, QuerySet
@@ -21,6 +22,32 @@ def jobs_visible_to(user: User) -> QuerySet[Job]:
     return Job.objects.filter(Q(owner=user) | Q(project_id__in=led)).select_related(
         "owner", "project", "cluster", "partition"
     )
+
+
+INT64_MAX = 2**63 - 1
+
+
+def jobs_matching(
+    user: User,
+    *,
+    project_id: int | None = None,
+    states: Collection[str] = (),
+    search: str = "",
+) -> QuerySet[Job]:
+    """The jobs of a list: the user's own, or with ``project_id`` those of that project
+    the user may see (all of them for its PI and co-PIs); in ``states``, and whose name
+    contains ``search`` or whose number or Slurm id it is ("#12" too)."""
+    jobs = jobs_visible_to(user)
+    jobs = jobs.filter(project_id=project_id) if project_id else jobs.filter(owner=user)
+    if states:
+        jobs = jobs.filter(state__in=states)
+    if search:
+        match = Q(name__icontains=search)
+        number = search.lstrip("#")
+        if number.isdigit() and int(number) <= INT64_MAX:
+            match |= Q(pk=int(number)) | Q(slurm_job_id=int(number))
+        jobs = jobs.filter(match)
+    return jobs
 
 
 def job_detail(user: User, job_id: int) -> Job:

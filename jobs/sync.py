@@ -359,8 +359,11 @@ def _finish(job: Job, records: list[AccountingRecord]) -> bool:
             Job.objects.filter(pk=job.pk).update(started_at=min(started))
         return False
     final = next(s for s in _SEVERITY if s in states)
-    exit_codes = [r.exit_code for r in records if r.exit_code is not None]
     used = sum(r.charged_gpu_seconds or 0 for r in records)
+    if job.state == final and job.used_gpu_seconds == used:
+        # Finished by an earlier ingest; the overlap reads its records again.
+        return False
+    exit_codes = [r.exit_code for r in records if r.exit_code is not None]
     ends = [r.ended_at for r in records if r.ended_at]
     with transaction.atomic():
         locked = Job.objects.select_for_update().get(pk=job.pk)

@@ -9,7 +9,6 @@ from typing import cast
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -24,7 +23,7 @@ from clusters.models import Partition
 from jobs import selectors, services
 from jobs.errors import JobInvalid, OutputUnavailable
 from jobs.forms import JobForm, SaveTemplateForm, initial_from_job, initial_from_template
-from jobs.models import Job, JobTemplate
+from jobs.models import UNFINISHED_STATES, Job, JobTemplate
 from jobs.states import TERMINAL_STATES, JobState
 
 PAGE_SIZE = 25
@@ -47,21 +46,25 @@ def _job(request: HttpRequest, job_id: int) -> Job:
 
 def _filtered_jobs(request: HttpRequest):
     user = _user(request)
-    jobs = selectors.jobs_visible_to(user)
     state = request.GET.get("state", "")
     project = request.GET.get("project", "")
     text = request.GET.get("q", "").strip()
+    states: list[str] = []
     if state == "active":
-        jobs = jobs.exclude(state__in=TERMINAL_STATES)
+        states = UNFINISHED_STATES
     elif state in JobState.values:
-        jobs = jobs.filter(state=state)
+        states = [state]
     # My own jobs, unless a project is chosen: then a PI sees all of its jobs.
-    jobs = jobs.filter(project__slug=project) if project else jobs.filter(owner=user)
-    if text:
-        query = Q(name__icontains=text)
-        if text.isdigit():
-            query |= Q(pk=int(text)) | Q(slurm_job_id=int(text))
-        jobs = jobs.filter(query)
+    project_id = (
+        Project.objects.filter(slug=project, memberships__user=user)
+        .values_list("pk", flat=True)
+        .first()
+        if project
+        else None
+    )
+    jobs = selectors.jobs_matching(user, project_id=project_id, states=states, search=text)
+    if project and project_id is None:
+        jobs = jobs.filter(project__slug=project)  # not a member: only my own jobs there
     return jobs, {"state": state, "project": project, "q": text}
 
 
