@@ -6,7 +6,7 @@ so the apps below never import upwards.
 
 from django.urls import include, path, re_path
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from accounts import api as accounts
 from clusters import api as clusters
@@ -65,8 +65,9 @@ urlpatterns = [
     path("v1/", include(v1)),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     # Swagger UI only: drf-spectacular's Redoc page loads Google's fonts, and the portal
-    # must work offline.
-    path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+    # must work offline. The split view serves Swagger UI's start-up script as a file
+    # of its own (?script), so the page needs no inline script (portal/security.py).
+    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
     # Last: an address under /api/ that names no endpoint is a 404 in the error shape.
     re_path(r"^(?P<path>.*)$", api_not_found),
 ]

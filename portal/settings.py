@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "audit",
     "clusters",
     "accounts",
     "jobs",
@@ -57,6 +58,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Before whitenoise, so static files carry the CSP and CORP too.
+    "portal.security.SecurityHeadersMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
@@ -143,8 +146,57 @@ STORAGES = {
 }
 WHITENOISE_USE_FINDERS = not IS_PRODUCTION
 
+# Security headers and cookies. The CSP and CORP come from portal/security.py; the
+# rest are Django's own settings, so `manage.py check --deploy` sees them.
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+# Production is served over TLS only: cookies never travel in clear text.
 SESSION_COOKIE_SECURE = IS_PRODUCTION
 CSRF_COOKIE_SECURE = IS_PRODUCTION
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+SECURE_SSL_REDIRECT = env_bool("PORTAL_SECURE_SSL_REDIRECT", IS_PRODUCTION)
+# A load balancer's health probe speaks plain HTTP to the web process.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SECURE_HSTS_SECONDS = env_int("PORTAL_HSTS_SECONDS", 31_536_000 if IS_PRODUCTION else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("PORTAL_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env_bool("PORTAL_HSTS_PRELOAD", False)
+# Preloading commits the whole domain to HTTPS in every browser for months, a choice
+# for the site's operators (PORTAL_HSTS_PRELOAD=on), not a default of the portal.
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
+
+
+def _proxy_ssl_header(name: str) -> tuple[str, str] | None:
+    """``X-Forwarded-Proto`` (the proxy sends ``https``) or ``Header=value``; empty: none."""
+    value = env_str(name, "").strip()
+    if not value:
+        return None
+    header, _, expected = value.partition("=")
+    if not re.fullmatch(r"[A-Za-z0-9-]+", header.strip()):
+        raise ImproperlyConfigured(
+            f"{name}={value!r} is not a header name, e.g. X-Forwarded-Proto or X-Forwarded-Ssl=on."
+        )
+    meta_name = "HTTP_" + header.strip().upper().replace("-", "_")
+    return meta_name, expected.strip() or "https"
+
+
+# Only behind a TLS-terminating proxy that sets this header on every request (and
+# strips it from clients'): Django then trusts it to tell HTTPS from HTTP.
+SECURE_PROXY_SSL_HEADER = _proxy_ssl_header("PORTAL_PROXY_SSL_HEADER")
+# How many proxies in front of the web process append to X-Forwarded-For; the
+# client's address is the one the outermost of them saw. 0: the connection's own
+# address (a client-sent X-Forwarded-For is never trusted then).
+PROXY_COUNT = env_int("PORTAL_PROXY_COUNT", 0, minimum=0)
+
+# Web and admin log-in: after this many failures within the window, per user name
+# or per client address (higher: many people may share one NAT), log-in is
+# refused for the window, even with the right password.
+LOGIN_MAX_FAILURES = env_int("PORTAL_LOGIN_MAX_FAILURES", 5, minimum=1)
+LOGIN_MAX_FAILURES_PER_ADDRESS = env_int("PORTAL_LOGIN_MAX_FAILURES_PER_ADDRESS", 20, minimum=1)
+LOGIN_WINDOW_S = env_int("PORTAL_LOGIN_WINDOW_S", 900, minimum=10)
 
 # REST API (/api/v1/). Scripts send a personal access token; the browser's
 # session works too and keeps its CSRF check. The token scheme comes first so
@@ -156,6 +208,8 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_THROTTLE_CLASSES": ["accounts.authentication.TokenRateThrottle"],
+    # The address limits count per client, not per X-Forwarded-For a client makes up.
+    "NUM_PROXIES": PROXY_COUNT,
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",

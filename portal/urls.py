@@ -3,10 +3,13 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from accounts import views as account_views
+from accounts.login import AdminLoginForm, login_view, with_throttle_status
 from portal import views
 
 admin.site.site_header = "Slurm GPU Portal — allocation managers"
 admin.site.site_title = "Slurm GPU Portal admin"
+# The admin's log-in counts and refuses failures as /login/ does (accounts/login_throttle.py).
+admin.site.login_form = AdminLoginForm
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -15,9 +18,11 @@ urlpatterns = [
     path("tokens/", account_views.tokens, name="tokens"),
     path("tokens/<int:token_id>/revoke/", account_views.token_revoke_view, name="token_revoke"),
     path("healthz", views.healthz, name="healthz"),
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("login/", login_view, name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("i18n/", include("django.conf.urls.i18n")),
+    # Ahead of the admin's own address for its log-in page, to answer 429 when refused.
+    path("admin/login/", with_throttle_status(admin.site.login), name="admin_login"),
     path("admin/", admin.site.urls),
     path("api/", include(("portal.api", "api"), namespace="api")),
 ]
