@@ -47,7 +47,15 @@ _RESERVED_ENV = frozenset(
 )
 _ARRAY_ITEM = re.compile(r"([0-9]{1,7})(?:-([0-9]{1,7})(?::([0-9]{1,7}))?)?")
 _ARRAY_LIMIT = re.compile(r"%([0-9]{1,7})")
-_SBATCH_LINE = re.compile(r"\s*#\s*sbatch", re.IGNORECASE)
+# Invisible characters an editor may put before a word (a byte-order mark, zero-width
+# spaces): a line that looks like "#SBATCH" to the user is refused like one.
+_BLANK = r"[\s\u200b-\u200f\u2060\ufeff]*"
+_SBATCH_LINE = re.compile(_BLANK + "#" + _BLANK + "sbatch", re.IGNORECASE)
+# sbatch also reads "#SLURM", "#PBS" and "#BSUB" lines at the start of a line as
+# directives (22.05 translates the last two), as long as no command came before:
+# with no environment to export, the body's first lines are still in that block.
+# Only "#" directly followed by the word counts, so "# Slurm sets …" comments pass.
+_OTHER_DIRECTIVE_LINE = re.compile(_BLANK + "#(?:slurm|pbs|bsub)", re.IGNORECASE)
 _SHELL_SHEBANG = re.compile(r"#!\s*(?:(?:/usr)?/bin/(?:ba)?sh|/usr/bin/env\s+(?:ba)?sh)\s*")
 # What an #SBATCH value may hold once validated; render_script checks again so
 # an unvalidated spec can never smuggle in a second directive or a space.
@@ -193,8 +201,9 @@ def decode_script(data: bytes) -> str:
 
 def _body_lines(script: str) -> list[str]:
     # bash splits lines on "\n" only; str.splitlines would also split on
-    # \x0b, \u2028 … and give line numbers the user cannot find.
-    return [line.removesuffix("\r") for line in script.split("\n")]
+    # \x0b, \u2028 … and give line numbers the user cannot find. Every "\r" at a
+    # line's end goes: sbatch refuses a script with "\r\n" in it.
+    return [line.rstrip("\r") for line in script.split("\n")]
 
 
 def _script_errors(script: str, max_bytes: int) -> list[str]:
@@ -238,7 +247,6 @@ def _script_errors(script: str, max_bytes: int) -> list[str]:
         )
     sbatch = [n for n, line in enumerate(lines, 1) if _SBATCH_LINE.match(line)]
     if sbatch:
-        listed = ", ".join(str(n) for n in sbatch[:10]) + (", …" if len(sbatch) > 10 else "")
         errors.append(
             ngettext(
                 "Line %(lines)s: the script may not contain #SBATCH lines (in any spacing or "
@@ -247,9 +255,27 @@ def _script_errors(script: str, max_bytes: int) -> list[str]:
                 "case). Remove them and use the job's fields instead.",
                 len(sbatch),
             )
-            % {"lines": listed}
+            % {"lines": _listed(sbatch)}
+        )
+    other = [n for n, line in enumerate(lines, 1) if _OTHER_DIRECTIVE_LINE.match(line)]
+    if other:
+        errors.append(
+            ngettext(
+                "Line %(lines)s: sbatch reads #SLURM, #PBS and #BSUB lines as directives too, "
+                "so the script may not contain them. Remove them and use the job's fields "
+                "instead.",
+                "Lines %(lines)s: sbatch reads #SLURM, #PBS and #BSUB lines as directives too, "
+                "so the script may not contain them. Remove them and use the job's fields "
+                "instead.",
+                len(other),
+            )
+            % {"lines": _listed(other)}
         )
     return errors
+
+
+def _listed(numbers: list[int]) -> str:
+    return ", ".join(str(n) for n in numbers[:10]) + (", …" if len(numbers) > 10 else "")
 
 
 def _environment_errors(environment: dict[str, str]) -> list[str]:
@@ -296,6 +322,16 @@ def _environment_errors(environment: dict[str, str]) -> list[str]:
                     "printable text (no newlines, tabs or control characters)."
                 )
                 % {"name": key, "character": describe_character(bad)}
+            )
+        elif "," in value:
+            # sbatch's --export, which carries the environment (DESIGN "Safe scripts"),
+            # splits on commas and has no escape: the job could not be submitted.
+            errors.append(
+                _(
+                    "%(name)s: the value contains a comma, which Slurm cannot pass to a job; "
+                    "use another separator, or set the variable in the script."
+                )
+                % {"name": key}
             )
     return errors
 
