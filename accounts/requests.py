@@ -14,6 +14,8 @@ from accounts.errors import NotAllowed
 from accounts.groups import ALLOCATION_MANAGERS
 from accounts.ledger import allocation_grant
 from accounts.models import AllocationRequest, Membership, Project, User
+from audit.models import AuditEvent
+from audit.services import audit_record
 from clusters.models import Cluster
 
 
@@ -86,6 +88,7 @@ def allocation_request_approve(
         locked.decided_by, locked.decided_at = manager, timezone.now()
         locked.decision_comment = comment
         locked.save()
+        _audit(locked, AuditEvent.Action.REQUEST_APPROVE, allocation_id=locked.allocation.pk)
     return locked
 
 
@@ -100,4 +103,16 @@ def allocation_request_deny(
         locked.decided_by, locked.decided_at = manager, timezone.now()
         locked.decision_comment = comment.strip()
         locked.save()
+        _audit(locked, AuditEvent.Action.REQUEST_DENY)
     return locked
+
+
+def _audit(request: AllocationRequest, action: str, **detail: object) -> None:
+    audit_record(
+        actor=request.decided_by,
+        action=action,
+        target=request,
+        on_behalf_of=request.requested_by,
+        scope=request.project.slurm_account,
+        detail={"gpu_hours": request.gpu_hours, "comment": request.decision_comment, **detail},
+    )

@@ -6,6 +6,8 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 
 from accounts.models import Membership, Project, User
+from audit.models import AuditEvent
+from audit.services import audit_record
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +26,15 @@ def project_create(
 ) -> Project:
     project = Project(slug=slug, name=name, slurm_account=slurm_account, description=description)
     project.full_clean()
-    project.save()
+    with transaction.atomic():
+        project.save()
+        audit_record(
+            actor=actor,
+            action=AuditEvent.Action.PROJECT_CREATE,
+            target=project,
+            scope=project.slurm_account,
+            detail={"slug": slug, "name": name},
+        )
     logger.info("project %s created with Slurm account %s by %s", slug, slurm_account, _by(actor))
     return project
 
@@ -51,11 +61,19 @@ def project_update(
             for field, value in wanted.items()
             if value is not None and value != getattr(locked, field)
         ]
+        was = {field: getattr(locked, field) for field in changed}
         for field in changed:
             setattr(locked, field, wanted[field])
         if changed:
             locked.full_clean()
             locked.save(update_fields=changed)
+            audit_record(
+                actor=actor,
+                action=AuditEvent.Action.PROJECT_UPDATE,
+                target=locked,
+                scope=locked.slurm_account,
+                detail={field: {"was": was[field], "now": wanted[field]} for field in changed},
+            )
     if changed:
         logger.info("project %s: %s changed by %s", locked.slug, ", ".join(changed), _by(actor))
     return locked
@@ -73,6 +91,12 @@ def membership_set(
         if membership.role != role:
             membership.role = role
             membership.save(update_fields=["role"])
+        if created:
+            _audit_membership(actor, AuditEvent.Action.MEMBERSHIP_ADD, membership, role=role)
+        elif was != role:
+            _audit_membership(
+                actor, AuditEvent.Action.MEMBERSHIP_CHANGE, membership, role=role, was=was
+            )
     if created:
         logger.info("project %s: %s added as %s by %s", project.slug, user, role, _by(actor))
     elif was != role:
@@ -84,10 +108,34 @@ def membership_set(
 
 def membership_remove(*, project: Project, user: User, actor: User | None = None) -> bool:
     """Take ``user`` out of ``project``; False when they were not a member (a repeat)."""
-    deleted, _ = Membership.objects.filter(project=project, user=user).delete()
-    if deleted:
-        logger.info("project %s: %s removed by %s", project.slug, user, _by(actor))
-    return bool(deleted)
+    with transaction.atomic():
+        membership = (
+            Membership.objects.select_for_update(of=("self",))
+            .select_related("project", "user")
+            .filter(project=project, user=user)
+            .first()
+        )
+        if membership is None:
+            return False
+        _audit_membership(
+            actor, AuditEvent.Action.MEMBERSHIP_REMOVE, membership, role=membership.role
+        )
+        membership.delete()
+    logger.info("project %s: %s removed by %s", project.slug, user, _by(actor))
+    return True
+
+
+def _audit_membership(
+    actor: User | None, action: str, membership: Membership, **detail: str
+) -> None:
+    audit_record(
+        actor=actor,
+        action=action,
+        target=membership,
+        on_behalf_of=membership.user,
+        scope=membership.project.slurm_account,
+        detail={"user": membership.user.get_username(), **detail},
+    )
 
 
 def user_create(

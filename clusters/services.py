@@ -7,6 +7,8 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
+from audit.models import AuditEvent
+from audit.services import audit_record
 from clusters.models import Cluster, Partition
 from clusters.slurm import client_for
 
@@ -75,6 +77,12 @@ def partition_set_billing_weight(
         locked.billing_weight = field.clean(weight, locked).quantize(Decimal("0.001"))
         if locked.billing_weight != was:
             locked.save(update_fields=["billing_weight"])
+            audit_record(
+                actor=actor,
+                action=AuditEvent.Action.PARTITION_BILLING_WEIGHT,
+                target=locked,
+                detail={"was": was, "now": locked.billing_weight, "reason": reason.strip()},
+            )
     if locked.billing_weight != was:
         logger.info(
             "partition %s: billing weight %s -> %s by %s: %s",

@@ -1,20 +1,101 @@
 """Jobs in the admin console: global templates for allocation managers; jobs, their events
 and accounting records read-only (Slurm and the pipeline own them)."""
 
+from django import forms
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 
+from accounts.errors import NotAllowed
+from jobs.errors import JobInvalid
 from jobs.models import AccountingRecord, Job, JobEvent, JobTemplate
+from jobs.services import (
+    job_template_check,
+    job_template_create,
+    job_template_delete,
+    job_template_update,
+)
+
+EDITABLE_TEMPLATE_FIELDS = ("name", "description", "defaults", "script")
+
+
+class JobTemplateForm(forms.ModelForm):
+    # Kept as typed, as the API keeps it: a script's whitespace is the user's.
+    script = forms.CharField(widget=forms.Textarea, strip=False)
+
+    class Meta:
+        model = JobTemplate
+        fields = EDITABLE_TEMPLATE_FIELDS
+
+    def clean_defaults(self) -> dict:
+        return self.cleaned_data["defaults"] or {}
+
+    def clean(self):
+        cleaned = super().clean() or {}
+        try:
+            job_template_check(
+                name=cleaned.get("name") or "",
+                script=cleaned.get("script") or "",
+                defaults=cleaned.get("defaults") or {},
+            )
+        except JobInvalid as invalid:
+            for field, problems in invalid.fields.items():
+                self.add_error(field if field in self.fields else None, problems)
+        return cleaned
 
 
 @admin.register(JobTemplate)
 class JobTemplateAdmin(admin.ModelAdmin):
+    """The console makes global templates; every save and delete goes through the services
+    (which record a manager's changes in the audit log)."""
+
     list_display = ("name", "scope", "owner", "project", "updated_at")
     list_filter = ("scope",)
     search_fields = ("name", "description")
     list_select_related = ("owner", "project")
-    raw_id_fields = ("owner", "project")
-    fields = ("name", "description", "scope", "owner", "project", "defaults", "script")
+    form = JobTemplateForm
+
+    def get_fields(self, request, obj=None):
+        if obj is None:
+            return EDITABLE_TEMPLATE_FIELDS
+        return ("name", "description", "scope", "owner", "project", "defaults", "script")
+
+    def get_readonly_fields(self, request, obj=None):
+        # Whose a template is stays as it was made: a change would move it between people.
+        return () if obj is None else ("scope", "owner", "project")
+
+    def save_model(self, request, obj, form, change):
+        data = form.cleaned_data
+        try:
+            if change:
+                job_template_update(
+                    user=request.user,
+                    template=obj,
+                    **{field: data[field] for field in form.changed_data},
+                )
+                return
+            template = job_template_create(
+                user=request.user,
+                scope=JobTemplate.Scope.GLOBAL,
+                name=data["name"],
+                description=data["description"],
+                defaults=data["defaults"],
+                script=data["script"],
+            )
+        except NotAllowed as refusal:
+            raise PermissionDenied(str(refusal)) from refusal
+        # The admin goes on with its own instance (log, redirect): make it this one.
+        obj.pk, obj.scope, obj._state.adding = template.pk, template.scope, False
+
+    def delete_model(self, request, obj):
+        try:
+            job_template_delete(user=request.user, template=obj)
+        except NotAllowed as refusal:
+            raise PermissionDenied(str(refusal)) from refusal
+
+    def delete_queryset(self, request, queryset):
+        for template in queryset:
+            self.delete_model(request, template)
 
 
 class ReadOnly(admin.ModelAdmin):
