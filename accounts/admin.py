@@ -18,7 +18,12 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from accounts.errors import AllocationOverlap, NotAllowed
-from accounts.ledger import allocation_adjust, allocation_grant, allocation_revoke
+from accounts.ledger import (
+    allocation_adjust,
+    allocation_grant,
+    allocation_overlap,
+    allocation_revoke,
+)
 from accounts.models import (
     Allocation,
     AllocationRequest,
@@ -95,6 +100,16 @@ class GrantForm(forms.ModelForm):
     class Meta:
         model = Allocation
         fields = ["project", "cluster", "starts_on", "ends_on"]
+
+    def clean(self):
+        cleaned = super().clean() or {}
+        names = ("project", "cluster", "starts_on", "ends_on")
+        # Only when each field is valid; otherwise the form shows their own errors.
+        if all(cleaned.get(name) for name in names) and (
+            overlap := allocation_overlap(**{name: cleaned[name] for name in names})
+        ):
+            raise ValidationError(overlap)
+        return cleaned
 
 
 class AdjustForm(forms.Form):

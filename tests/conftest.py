@@ -78,6 +78,14 @@ def charlie(db):
     return _user("charlie", posix_username="charlie")
 
 
+@pytest.fixture
+def manny(db):
+    """An allocation manager: staff, in the group that runs the admin console."""
+    from accounts.groups import ALLOCATION_MANAGERS
+
+    return _user("manny", is_staff=True, groups=(ALLOCATION_MANAGERS,))
+
+
 # Beat's periodic work at the fastest intervals settings allow, so a job is seen
 # running and ending within a second or two (the minimums are in portal/settings.py).
 FAST_BEAT_ENV = {

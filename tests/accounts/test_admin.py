@@ -8,7 +8,6 @@ from django import forms
 from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
 from django.contrib.auth.models import Permission
 
-from accounts.groups import ALLOCATION_MANAGERS
 from accounts.ledger import allocation_adjust, allocation_grant, allocation_revoke, ledger_hold
 from accounts.models import Allocation, AllocationRequest, LedgerEntry, Project
 from accounts.requests import allocation_request_create
@@ -54,13 +53,6 @@ def form_data(response) -> dict:
 
 def log_of(obj) -> LogEntry:
     return LogEntry.objects.get(object_id=str(obj.pk), content_type__model=obj._meta.model_name)
-
-
-@pytest.fixture
-def manny(db):
-    return user_create(
-        username="manny", password="pw-manny-1234", is_staff=True, groups=(ALLOCATION_MANAGERS,)
-    )
 
 
 @pytest.fixture
@@ -117,6 +109,25 @@ def test_adding_an_allocation_grants_through_the_ledger(client, manny, vision, c
     grant = LedgerEntry.objects.get(kind="grant")
     assert (grant.gpu_seconds, grant.actor, grant.reason) == (50 * 3600, manny, "new grant")
     assert Allocation.objects.get().granted_gpu_seconds == 50 * 3600
+
+
+def test_an_overlapping_grant_is_refused_on_the_form_and_grants_nothing(client, manny, allocation):
+    client.force_login(manny)
+    response = client.post(
+        "/admin/accounts/allocation/add/",
+        {
+            "project": allocation.project.pk,
+            "cluster": allocation.cluster.pk,
+            "starts_on": TODAY.isoformat(),
+            "ends_on": (TODAY + dt.timedelta(days=3)).isoformat(),
+            "gpu_hours": 5,
+            "reason": "twice",
+        },
+    )
+    assert response.status_code == 200  # the form again, not a server error
+    assert b"already has an allocation" in response.content
+    assert Allocation.objects.count() == 1
+    assert LedgerEntry.objects.filter(kind="grant").count() == 1
 
 
 def test_an_adjustment_needs_a_reason_and_is_recorded(client, manny, allocation):

@@ -8,7 +8,6 @@ from unittest import mock
 import pytest
 from django.http import StreamingHttpResponse
 
-from accounts.groups import ALLOCATION_MANAGERS
 from accounts.ledger import allocation_grant, ledger_charge, ledger_hold
 from accounts.selectors import MonthlyUsage, project_usage_by_month_and_user
 from accounts.services import membership_set, project_create, user_create
@@ -20,13 +19,6 @@ TODAY = dt.date.today()
 HOUR = 3600
 OCTOBER = dt.datetime(2026, 10, 15, 12, tzinfo=dt.UTC)
 NOVEMBER = dt.datetime(2026, 11, 3, 9, tzinfo=dt.UTC)
-
-
-@pytest.fixture
-def manny(db):
-    return user_create(
-        username="manny", password="pw-manny-1234", is_staff=True, groups=(ALLOCATION_MANAGERS,)
-    )
 
 
 @pytest.fixture

@@ -8,17 +8,9 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Permission
 
-from accounts.groups import ALLOCATION_MANAGERS
 from accounts.services import user_create
 from clusters.models import Partition
 from clusters.services import cluster_register
-
-
-@pytest.fixture
-def manny(db):
-    return user_create(
-        username="manny", password="pw-manny-1234", is_staff=True, groups=(ALLOCATION_MANAGERS,)
-    )
 
 
 @pytest.fixture

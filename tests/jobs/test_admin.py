@@ -1,17 +1,6 @@
 """Jobs in the admin console: managers keep global templates; jobs are read-only there."""
 
-import pytest
-
-from accounts.groups import ALLOCATION_MANAGERS
-from accounts.services import user_create
 from jobs.models import JobTemplate
-
-
-@pytest.fixture
-def manny(db):
-    return user_create(
-        username="manny", password="pw-manny-1234", is_staff=True, groups=(ALLOCATION_MANAGERS,)
-    )
 
 
 def test_a_manager_adds_a_global_template(client, manny):
