@@ -7,6 +7,7 @@ worker died after sbatch, sbatch timed out), so it looks the job's token up
 first and submits only if Slurm has no job with it.
 """
 
+import contextlib
 import datetime as dt
 import logging
 
@@ -15,6 +16,7 @@ from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
+from redis.exceptions import RedisError
 
 from accounts import ledger
 from clusters.slurm import SlurmRejected, SlurmUnavailable, client_for
@@ -47,6 +49,22 @@ UNREACHABLE_PAUSE_S = 5
 
 def _unreachable_key(cluster_id: int) -> str:
     return f"jobs:unreachable:{cluster_id}"
+
+
+# A pause is an optimisation kept in the cache (Redis): when Redis is down a job has
+# already been claimed, and failing on it would leave the job waiting for its claim to
+# lapse, so a cache that does not answer means "no pause".
+def paused(key: str) -> str | None:
+    """Why asking Slurm is paused under ``key``; None when it is not."""
+    try:
+        return cache.get(key)
+    except RedisError:
+        return None
+
+
+def pause(key: str, reason: str, *, seconds: int) -> None:
+    with contextlib.suppress(RedisError):
+        cache.add(key, reason, timeout=seconds)
 
 
 def _environment(posix_user: str, spec: scripts.JobSpec) -> dict[str, str]:
@@ -226,8 +244,8 @@ def job_submit(*, job_id: int) -> Job | None:
         return None
     client = client_for(job.cluster)
     try:
-        if paused := cache.get(_unreachable_key(job.cluster_id)):
-            raise SlurmUnavailable(paused)
+        if reason := paused(_unreachable_key(job.cluster_id)):
+            raise SlurmUnavailable(reason)
         if job.submit_attempts > 1:
             # An earlier attempt may have reached Slurm: never submit a second copy.
             found = client.find_by_comment(job.comment)
@@ -250,7 +268,7 @@ def job_submit(*, job_id: int) -> Job | None:
     except SlurmRejected as refusal:
         return _record_refused(job, refusal.message)
     except SlurmUnavailable as error:
-        cache.add(_unreachable_key(job.cluster_id), str(error), timeout=UNREACHABLE_PAUSE_S)
+        pause(_unreachable_key(job.cluster_id), str(error), seconds=UNREACHABLE_PAUSE_S)
         _unclaim(job, reason=f"Slurm is not answering; retrying: {error}")
         raise
     except DependencyNotReady as error:

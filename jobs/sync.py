@@ -181,7 +181,7 @@ _RECORD_FIELDS = [
 ]
 
 
-def _token(comment: str) -> str | None:
+def token_in(comment: str) -> str | None:
     """The submit token in a portal job's comment; None for any other comment."""
     if not comment.startswith("portal:"):
         return None
@@ -206,7 +206,7 @@ def _portal_jobs(cluster: Cluster, entries: list[AccountingEntry]) -> dict[int, 
         job = jobs.get(entry.array_job_id or entry.job_id)
         if job is not None:
             found[entry.job_id] = job
-        elif (token := _token(entry.comment)) is not None:
+        elif (token := token_in(entry.comment)) is not None:
             tokens[entry.job_id] = token
     if tokens:
         by_token = {
@@ -368,7 +368,13 @@ def _finish(job: Job, records: list[AccountingRecord]) -> bool:
     with transaction.atomic():
         locked = Job.objects.select_for_update().get(pk=job.pk)
         already = locked.state in _TERMINAL and locked.used_gpu_seconds == used
+        # Found by its token: the worker that submitted it died (or lost the database)
+        # before recording the id, and the job ends before a retry could record it.
+        slurm_job_id = locked.slurm_job_id or records[0].array_job_id or records[0].slurm_job_id
         Job.objects.filter(pk=job.pk).update(
+            slurm_job_id=slurm_job_id,
+            submitted_at=locked.submitted_at or records[0].submitted_at,
+            claimed_until=None,
             state=final,
             slurm_state=records[0].state if len(records) == 1 else locked.slurm_state,
             exit_code=max(exit_codes, key=abs) if exit_codes else None,
@@ -435,7 +441,8 @@ def accounting_ingest(*, cluster: Cluster, entries: list[AccountingEntry]) -> In
 
 
 def accounting_sync(*, cluster: Cluster, client: SlurmClient | None = None) -> IngestResult:
-    """Read accounting since the watermark (minus the overlap), ingest it, move the mark."""
+    """Read accounting since the watermark (minus the overlap), ingest it, move the mark
+    to the newest time in what was read."""
     client = client or client_for(cluster)
     sync, _ = ClusterSync.objects.get_or_create(cluster=cluster)
     read_at = timezone.now()
@@ -444,6 +451,12 @@ def accounting_sync(*, cluster: Cluster, client: SlurmClient | None = None) -> I
     since = (sync.accounting_until or cluster.created_at) - dt.timedelta(
         seconds=settings.ACCOUNTING_OVERLAP_S
     )
-    result = accounting_ingest(cluster=cluster, entries=client.accounting_since(since))
-    ClusterSync.objects.filter(pk=sync.pk).update(accounting_until=read_at)
+    entries = client.accounting_since(since)
+    result = accounting_ingest(cluster=cluster, entries=entries)
+    # The mark moves to the newest time accounting has reported, not to the clock: after
+    # a slurmdbd outage slurmctld sends the records it kept late, and a mark moved to
+    # "now" meanwhile would read past the ends of the jobs that finished while it was down.
+    seen = [t for e in entries for t in (e.submitted_at, e.started_at, e.ended_at) if t]
+    if seen:
+        ClusterSync.objects.filter(pk=sync.pk).update(accounting_until=min(max(seen), read_at))
     return result

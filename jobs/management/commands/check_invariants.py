@@ -1,0 +1,37 @@
+import datetime as dt
+
+from django.core.management.base import BaseCommand, CommandError
+
+from clusters.selectors import clusters_enabled
+from jobs.invariants import STUCK_AFTER, invariants_check
+
+
+class Command(BaseCommand):
+    help = (
+        "Check the ledger, the portal's jobs and Slurm against each other; print every "
+        "violation and exit 1 if there is one, 0 if there is none."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--cluster", help="Only this cluster (its Slurm ClusterName).")
+        parser.add_argument(
+            "--stuck-after-s",
+            type=int,
+            default=int(STUCK_AFTER.total_seconds()),
+            help="Report jobs waiting to be submitted for longer than this (default: %(default)s).",
+        )
+
+    def handle(self, *args, cluster=None, stuck_after_s=0, **options):
+        selected = None
+        if cluster:
+            selected = clusters_enabled().filter(name=cluster).first()
+            if selected is None:
+                raise CommandError(f"No enabled cluster is named {cluster!r}.")
+        violations = invariants_check(
+            cluster=selected, stuck_after=dt.timedelta(seconds=stuck_after_s)
+        )
+        for violation in violations:
+            self.stdout.write(str(violation))
+        if violations:
+            raise CommandError(f"{len(violations)} invariant violation(s).")
+        self.stdout.write("No invariant violations.")

@@ -1,0 +1,114 @@
+"""A private PostgreSQL instance restarts while a worker with beat processes a burst:
+tasks that meet the restart fail or retry, the sweeper picks their jobs up, no job is
+left in new/submitting, each reaches Slurm once, the invariants hold.
+
+Other engineers share the machine's PostgreSQL, so this test never touches it: it
+starts its own (initdb into a temporary directory, port 55432) and runs the portal's
+processes — the worker and the web side's job creation — against that one."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.conftest import REPO, running_worker
+from tests.factories import wait_for
+
+pytestmark = [pytest.mark.fault, pytest.mark.slurm]
+
+PORT = 55432
+DATABASE = "portal_faults_pg"
+URL = f"postgresql://postgres@127.0.0.1:{PORT}/{DATABASE}"
+
+
+def as_postgres(*command: str) -> None:
+    subprocess.run(["runuser", "-u", "postgres", "--", *command], check=True, capture_output=True)
+
+
+@pytest.fixture
+def private_postgres():
+    binaries = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: p.parent.name)[-1]
+    home = Path(tempfile.mkdtemp(prefix="pg-faults-"))
+    shutil.chown(home, "postgres", "postgres")
+    data = home / "data"
+    options = f"-p {PORT} -k {home} -c listen_addresses=127.0.0.1 -c fsync=off"
+    pg_ctl = [str(binaries / "pg_ctl"), "-D", str(data), "-l", str(home / "log"), "-o", options]
+    as_postgres(str(binaries / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres")
+    as_postgres(*pg_ctl, "-w", "start")
+    try:
+        as_postgres(str(binaries / "createdb"), "-h", "127.0.0.1", "-p", str(PORT), DATABASE)
+        yield lambda: as_postgres(*pg_ctl, "-w", "-m", "fast", "restart")
+    finally:
+        as_postgres(*pg_ctl, "-m", "immediate", "stop")
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def portal(*arguments: str, queue: str = "unused") -> dict:
+    env = {**os.environ, "PORTAL_DATABASE_URL": URL, "PORTAL_TASK_QUEUE": queue}
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.faults.pg_driver", *arguments],
+        cwd=REPO, env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def count(sql: str) -> int:
+    with psycopg.connect(URL, connect_timeout=2) as db:
+        return db.execute(sql).fetchone()[0]
+
+
+def test_a_burst_survives_postgresql_restarting_under_it(private_postgres, slurm_stack, workdir):
+    restart = private_postgres
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--no-input"],
+        cwd=REPO, env={**os.environ, "PORTAL_DATABASE_URL": URL}, check=True, capture_output=True,
+    )  # fmt: skip
+    account = portal("setup", str(workdir))["account"]
+    try:
+        with running_worker(
+            beat=True,
+            PORTAL_DATABASE_URL=URL,
+            PORTAL_SLURM_COMMAND_TIMEOUT_S="5",
+            PORTAL_JOB_SUBMIT_CLAIM_S="20",
+        ) as (queue, _, worker):
+            env = {**os.environ, "PORTAL_DATABASE_URL": URL, "PORTAL_TASK_QUEUE": queue}
+            burst = subprocess.Popen(
+                [sys.executable, "-m", "tests.faults.pg_driver", "burst", str(workdir), account,
+                 "16"],
+                cwd=REPO, env=env, stdout=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            wait_for(
+                lambda: count("SELECT count(*) FROM jobs_job WHERE slurm_job_id IS NOT NULL") >= 3,
+                timeout_s=60,
+                what="the burst to flow",
+            )
+            restart()
+            out, _ = burst.communicate(timeout=120)
+            assert burst.returncode == 0
+            created = json.loads(out.strip().splitlines()[-1])
+            assert len(created["ids"]) == 16
+
+            def settled() -> bool:
+                return not count(
+                    "SELECT count(*) FROM jobs_job WHERE state IN ('new', 'submitting') "
+                    "OR (slurm_job_id IS NOT NULL AND used_gpu_seconds IS NULL)"
+                )
+
+            wait_for(settled, timeout_s=120, interval_s=1, what="the jobs to settle")
+            assert worker.poll() is None, "the worker lived through the restart"
+        report = portal("check", account)
+    finally:
+        subprocess.run(["scancel", f"--account={account}"], capture_output=True, check=False)
+        subprocess.run(
+            ["sacctmgr", "-i", "delete", "account", account], capture_output=True, check=False
+        )
+    assert report["states"] == ["completed"] * 16
+    assert {c: [i] for c, i in report["portal"].items()} == report["in_slurm"]
+    assert report["violations"] == []
