@@ -19,14 +19,20 @@ from accounts import ledger
 from accounts.errors import NoActiveAllocation, NotAllowed, QuotaExceeded
 from accounts.models import Project, User
 from accounts.requests import is_allocation_manager
-from clusters.slurm import SlurmError, client_for
+from audit.models import AuditEvent
+from audit.services import audit_record
+from clusters.slurm import SlurmError, SlurmUnavailable, client_for
 from jobs.errors import JobInvalid
 from jobs.models import Job, JobEvent, JobTemplate
 from jobs.requests import JobRequest, PreparedJob, job_prepare
 from jobs.states import TERMINAL_STATES, JobState
-from jobs.submission import submit_request_for
+from jobs.submission import pause, paused, submit_request_for
 
 logger = logging.getLogger(__name__)
+
+
+# How long estimates skip asking Slurm for a start time after it did not answer one.
+ESTIMATE_PAUSE_S = 30
 
 
 def job_event_add(*, job: Job, state: str, detail: str = "", at: dt.datetime | None = None) -> None:
@@ -139,10 +145,19 @@ def job_estimate(*, user: User, request: JobRequest) -> Estimate:
     prepared = job_prepare(user=user, request=request, submit_token="estimate")  # noqa: S106
     allocation = _allocation_for(prepared)
     expected_start = None
+    no_estimates = f"jobs:no-estimate:{prepared.cluster.pk}"
     try:
+        if reason := paused(no_estimates):
+            raise SlurmUnavailable(reason)
         client = client_for(prepared.cluster, timeout_s=settings.ESTIMATE_TIMEOUT_S)
         estimate = client.estimate_start(submit_request_for(prepared))
         expected_start = estimate.starts_at
+    except SlurmUnavailable as error:
+        # Each estimate that waits out the timeout holds a web worker that long: after
+        # one, the others go without Slurm's guess for a while (DESIGN: the web tier
+        # only makes cheap look-ups of Slurm).
+        pause(no_estimates, str(error), seconds=ESTIMATE_PAUSE_S)
+        logger.info("no start estimate from %s: %s", prepared.cluster, error)
     except SlurmError as error:
         logger.info("no start estimate from %s: %s", prepared.cluster, error)
     available = allocation.available_gpu_seconds
@@ -187,8 +202,31 @@ def _action(*, user: User, job: Job, action: str) -> Job:
         "release": tasks.job_release_task,
     }[action]
     job_event_add(job=job, state=job.state, detail=f"{action} asked by {user.username}")
+    _audit_for_owner(user=user, job=job, action=action)
     transaction.on_commit(lambda: task.delay(job.pk))
     return job
+
+
+_JOB_ACTIONS = {
+    "cancel": AuditEvent.Action.JOB_CANCEL,
+    "hold": AuditEvent.Action.JOB_HOLD,
+    "release": AuditEvent.Action.JOB_RELEASE,
+}
+
+
+def _audit_for_owner(*, user: User, job: Job, action: str) -> None:
+    """A PI or co-PI acting on a member's job is recorded; an owner's own is not."""
+    if job.owner_id == user.pk:
+        return
+    role = job.project.memberships.filter(user=user).values_list("role", flat=True).first()
+    audit_record(
+        actor=user,
+        action=_JOB_ACTIONS[action],
+        target=job,
+        on_behalf_of=job.owner,
+        scope=job.project.slurm_account,
+        detail={"state": job.state, "slurm_job_id": job.slurm_job_id, "as": role or ""},
+    )
 
 
 def job_cancel(*, user: User, job: Job) -> Job:
@@ -202,6 +240,7 @@ def job_cancel(*, user: User, job: Job) -> Job:
             )
             ledger.ledger_release(reference=locked.hold_reference)
             job_event_add(job=locked, state=JobState.CANCELLED, detail=f"by {user.username}")
+            _audit_for_owner(user=user, job=locked, action="cancel")
             locked.refresh_from_db()
             return locked
         if locked.cancel_requested_at is None:
@@ -241,15 +280,7 @@ def job_template_create(
 ) -> JobTemplate:
     """Save a job form as a template: the user's own, shared with a project they lead
     (PI or co-PI), or global (allocation managers only)."""
-    if not name.strip():
-        raise JobInvalid.one("name", _("Give the template a name."))
-    if not script.strip():
-        raise JobInvalid.one("script", _("A template needs a script."))
-    unknown = sorted(set(defaults) - set(TEMPLATE_DEFAULT_FIELDS))
-    if unknown:
-        raise JobInvalid.one(
-            "defaults", _("Templates cannot set %(fields)s.") % {"fields": ", ".join(unknown)}
-        )
+    job_template_check(name=name, script=script, defaults=defaults)
     owner: User | None = user
     if scope == JobTemplate.Scope.PROJECT:
         if project is None:
@@ -264,14 +295,96 @@ def job_template_create(
         project = None
     else:
         raise JobInvalid.one("scope", _("Choose user, project or global."))
-    return JobTemplate.objects.create(
-        name=name.strip()[:100],
-        description=description,
-        scope=scope,
-        owner=owner,
-        project=project,
-        defaults=defaults,
-        script=script,
+    with transaction.atomic():
+        template = JobTemplate.objects.create(
+            name=name.strip()[:100],
+            description=description,
+            scope=scope,
+            owner=owner,
+            project=project,
+            defaults=defaults,
+            script=script,
+        )
+        if scope == JobTemplate.Scope.GLOBAL:
+            _audit_template(user, AuditEvent.Action.TEMPLATE_CREATE, template)
+    return template
+
+
+def job_template_check(*, name: str, script: str, defaults: dict) -> None:
+    """Raise JobInvalid when a template could not be saved with these values."""
+    if not name.strip():
+        raise JobInvalid.one("name", _("Give the template a name."))
+    if not script.strip():
+        raise JobInvalid.one("script", _("A template needs a script."))
+    unknown = sorted(set(defaults) - set(TEMPLATE_DEFAULT_FIELDS))
+    if unknown:
+        raise JobInvalid.one(
+            "defaults", _("Templates cannot set %(fields)s.") % {"fields": ", ".join(unknown)}
+        )
+
+
+def _may_edit_template(user: User, template: JobTemplate) -> bool:
+    """Allocation managers keep every template (the console); owners and project leads theirs."""
+    if is_allocation_manager(user):
+        return True
+    if template.scope == JobTemplate.Scope.USER:
+        return template.owner_id == user.pk
+    if template.scope == JobTemplate.Scope.PROJECT and template.project is not None:
+        return template.project.memberships.filter(user=user, role__in=["pi", "co_pi"]).exists()
+    return False
+
+
+def job_template_update(
+    *,
+    user: User,
+    template: JobTemplate,
+    name: str | None = None,
+    description: str | None = None,
+    defaults: dict | None = None,
+    script: str | None = None,
+) -> JobTemplate:
+    """Change a template's name, description, defaults or script; the fields not given stay.
+    Who it belongs to (scope, owner, project) is fixed when it is made."""
+    if name is not None:
+        name = name.strip()[:100]
+    wanted = {"name": name, "description": description, "defaults": defaults, "script": script}
+    with transaction.atomic():
+        locked = JobTemplate.objects.select_for_update().get(pk=template.pk)
+        if not _may_edit_template(user, locked):
+            raise NotAllowed(_("Only the template's owner or an allocation manager can change it."))
+        changed = [f for f, v in wanted.items() if v is not None and v != getattr(locked, f)]
+        for field in changed:
+            setattr(locked, field, wanted[field])
+        job_template_check(name=locked.name, script=locked.script, defaults=locked.defaults)
+        if changed:
+            locked.save(update_fields=[*changed, "updated_at"])
+            _audit_template(user, AuditEvent.Action.TEMPLATE_UPDATE, locked, changed=changed)
+    return locked
+
+
+def job_template_delete(*, user: User, template: JobTemplate) -> None:
+    """Delete a template; jobs made from it keep their values (and lose the link)."""
+    with transaction.atomic():
+        locked = JobTemplate.objects.select_for_update().filter(pk=template.pk).first()
+        if locked is None:
+            return  # a repeat
+        if not _may_edit_template(user, locked):
+            raise NotAllowed(_("Only the template's owner or an allocation manager can delete it."))
+        _audit_template(user, AuditEvent.Action.TEMPLATE_DELETE, locked)
+        locked.delete()
+
+
+def _audit_template(user: User, action: str, template: JobTemplate, **detail: object) -> None:
+    """Global templates are the managers'; anyone else's is audited when another changes it."""
+    if template.scope != JobTemplate.Scope.GLOBAL and template.owner_id == user.pk:
+        return
+    audit_record(
+        actor=user,
+        action=action,
+        target=template,
+        on_behalf_of=template.owner,
+        scope=template.project.slurm_account if template.project else "",
+        detail={"name": template.name, "scope": template.scope, **detail},
     )
 
 
@@ -285,4 +398,6 @@ __all__ = [
     "job_hold",
     "job_release",
     "job_template_create",
+    "job_template_delete",
+    "job_template_update",
 ]

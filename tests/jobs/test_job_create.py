@@ -186,3 +186,24 @@ def test_an_estimate_has_the_cost_and_slurms_start_time_and_saves_nothing(
         user=alice, request=request_for(project, workdir, partition="gpu", time_limit_minutes=700)
     )
     assert too_big.fits is False
+
+
+def test_once_slurm_missed_an_estimates_deadline_the_next_ones_do_not_wait_for_it(
+    make_project, dev_cluster, alice, workdir, settings
+):
+    from django.core.cache import cache
+
+    project = make_project(members={alice: "pi"}, gpu_hours=10)
+    paused = f"jobs:no-estimate:{dev_cluster.pk}"
+    request = request_for(project, workdir)
+    settings.ESTIMATE_TIMEOUT_S = 0.001  # no sbatch --test-only answers that fast
+    try:
+        first = job_estimate(user=alice, request=request)
+        assert first.expected_start is None and cache.get(paused)
+        settings.ESTIMATE_TIMEOUT_S = 3
+        # Slurm would answer in time now, but is not asked while the pause lasts.
+        assert job_estimate(user=alice, request=request).expected_start is None
+        cache.delete(paused)
+        assert job_estimate(user=alice, request=request).expected_start is not None
+    finally:
+        cache.delete(paused)
