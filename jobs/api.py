@@ -10,7 +10,7 @@ import logging
 from typing import Any
 
 from django.contrib.postgres.expressions import ArraySubquery
-from django.db.models import OuterRef, QuerySet
+from django.db.models import OuterRef, QuerySet, prefetch_related_objects
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
 from rest_framework import exceptions, serializers, status
 from rest_framework.generics import ListAPIView
@@ -209,14 +209,48 @@ class JobListItemSerializer(JobSerializer):
         read_only_fields = fields
 
 
-# The list's fields that are columns of the job row (the rest are related or computed).
-JOB_COLUMNS = {f.name for f in Job._meta.concrete_fields if not f.is_relation} | {
-    "owner",
-    "project",
-    "cluster",
-    "partition",
-    "template",
+# Where each field of a list item is in a row of jobs_listed(): a related object's name
+# and the dependencies' ids are read in the same query; the rest are the job's columns.
+_RELATED_IN_ROW = {
+    "owner": "owner__username",
+    "project": "project__slug",
+    "cluster": "cluster__name",
+    "partition": "partition__name",
+    "template": "template",
 }
+_COMPUTED = {"requested_gpu_hours", "used_gpu_hours", "depends_on"}
+_LISTED_COLUMNS = [
+    name
+    for name in JobListItemSerializer.Meta.fields
+    if name not in _RELATED_IN_ROW and name not in _COMPUTED
+]
+
+
+def job_list_items(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A page of jobs_listed() rows as JobListItemSerializer shows jobs (the schema's
+    shape): each value through the serializer's own field, without building model
+    objects or DRF's per-object walk, which together cost more than the rest of the
+    request (bench/api.py). tests/api/test_jobs_list.py checks both give the same."""
+    fields = JobListItemSerializer().fields
+    items = []
+    for row in rows:
+        item: dict[str, Any] = {}
+        for name, field in fields.items():
+            if name in _RELATED_IN_ROW:
+                item[name] = row[_RELATED_IN_ROW[name]]
+                continue
+            if name == "requested_gpu_hours":
+                value = row["requested_gpu_seconds"] / 3600
+            elif name == "used_gpu_hours":
+                used = row["used_gpu_seconds"]
+                value = None if used is None else used / 3600
+            elif name == "depends_on":
+                value = row["depends_on_ids"]
+            else:
+                value = row[name]
+            item[name] = None if value is None else field.to_representation(value)
+        items.append(item)
+    return items
 
 
 class JobDetailSerializer(JobSerializer):
@@ -293,7 +327,7 @@ class JobPagination(CursorPagination):
 
 def jobs_listed(
     user: User, *, project: str = "", states: list[str] | None = None, search: str = ""
-) -> QuerySet[Job]:
+) -> QuerySet[Job, dict[str, Any]]:
     """The user's own jobs; with ``project``, that project's — all of them for its PI and
     co-PIs, the user's own for a member."""
     project_id = None
@@ -308,21 +342,18 @@ def jobs_listed(
                 {"project": [f"You are not a member of a project {project!r}."]}
             )
     jobs = jobs_matching(user, project_id=project_id, states=states or (), search=search)
-    # A page of 50 is mostly serialising: read only the columns the list shows, and the
-    # dependencies' ids as an array in the same query instead of a prefetch.
-    listed = [f for f in JobListItemSerializer.Meta.fields if f in JOB_COLUMNS]
+    # Only the columns the list shows, related names joined in, and the dependencies' ids
+    # as an array in the same query instead of a prefetch; rows, not model objects.
     dependencies = Job.depends_on.through.objects.filter(from_job=OuterRef("pk")).values(
         "to_job_id"
     )
-    return jobs.only(
-        *listed,
+    return jobs.annotate(depends_on_ids=ArraySubquery(dependencies)).values(
+        *_LISTED_COLUMNS,
+        *_RELATED_IN_ROW.values(),
         "requested_gpu_seconds",
         "used_gpu_seconds",
-        "owner__username",
-        "project__slug",
-        "cluster__name",
-        "partition__name",
-    ).annotate(depends_on_ids=ArraySubquery(dependencies))
+        "depends_on_ids",
+    )
 
 
 def _idempotency_key(request: Request) -> str:
@@ -349,7 +380,7 @@ class JobList(ListAPIView):
         },
     }
 
-    def get_queryset(self) -> QuerySet[Job]:
+    def get_queryset(self) -> QuerySet[Job, dict[str, Any]]:
         params = query(JobListQuerySerializer, self.request)
         return jobs_listed(
             caller(self.request),
@@ -364,7 +395,8 @@ class JobList(ListAPIView):
         parameters=[JobListQuerySerializer],
     )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return super().get(request, *args, **kwargs)
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(job_list_items(page or []))
 
     @extend_schema(
         tags=["jobs"],
@@ -405,10 +437,12 @@ class JobList(ListAPIView):
                 ) from None
         else:
             job = job_create(user=caller(request), request=serializer.job_request())
-        response = Response(
-            JobDetailSerializer(job_detail(caller(request), job.pk)).data,
-            status=status.HTTP_201_CREATED,
-        )
+        if replayed:
+            job = job_detail(caller(request), job.pk)
+        else:
+            # Just made: its project, partition and owner are the objects it was made with.
+            prefetch_related_objects([job], "events", "depends_on")
+        response = Response(JobDetailSerializer(job).data, status=status.HTTP_201_CREATED)
         if replayed:
             response["Idempotent-Replayed"] = "true"
         return response

@@ -164,6 +164,8 @@ def _partition(cluster: Cluster, name: str | None) -> Partition:
 
 def _dependencies(user: User, ids: tuple[int, ...] | list[int]) -> list[Job]:
     wanted = [int(i) for i in ids]
+    if not wanted:
+        return []
     found = {job.pk: job for job in Job.objects.filter(owner=user, pk__in=wanted)}
     missing = [str(i) for i in wanted if i not in found]
     if missing:

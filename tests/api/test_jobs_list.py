@@ -1,7 +1,10 @@
 """GET jobs/: the user's own jobs newest first, by cursor; a project's for its PI and
 co-PIs; filters by state and search; a constant number of queries per page."""
 
+import json
+
 import pytest
+from rest_framework.utils.encoders import JSONEncoder
 
 from tests.api.conftest import error_of, make_job
 from tests.factories import bulk_jobs
@@ -106,3 +109,42 @@ def test_a_page_takes_the_same_queries_however_many_jobs(
 def test_anonymous_gets_a_401(anonymous):
     response = anonymous.get("/api/v1/jobs/")
     assert response.status_code == 401
+
+
+def test_the_list_shows_each_job_exactly_as_its_serializer_does(api, alice, project):
+    """The page is built from rows (jobs/api.py job_list_items) for speed; it must be the
+    schema's JobListItemSerializer shape, value for value, whatever the job holds."""
+    import datetime as dt
+    from decimal import Decimal
+
+    from django.contrib.postgres.expressions import ArraySubquery
+    from django.db.models import OuterRef
+    from django.utils import timezone
+
+    from jobs.api import JobListItemSerializer
+    from jobs.models import Job, JobTemplate
+
+    template = JobTemplate.objects.create(
+        owner=alice, name="mine", scope=JobTemplate.Scope.USER, script="true\n"
+    )
+    first = make_job(owner=alice, project=project, state="completed", used_gpu_seconds=1234,
+                     exit_code=0, slurm_job_id=77, ended_at=timezone.now())  # fmt: skip
+    make_job(
+        owner=alice,
+        project=project,
+        state="pending",
+        template=template,
+        environment={"SEED": "7", "EMPTY": ""},
+        array="0-9%2",
+        array_tasks=10,
+        billing_weight=Decimal("1.250"),
+        started_at=timezone.now() - dt.timedelta(microseconds=1),
+        reason="Priority",
+    ).depends_on.set([first])
+    response = api(alice).get("/api/v1/jobs/")
+    dependencies = Job.depends_on.through.objects.filter(from_job=OuterRef("pk")).values(
+        "to_job_id"
+    )
+    jobs = Job.objects.filter(owner=alice).annotate(depends_on_ids=ArraySubquery(dependencies))
+    expected = JobListItemSerializer(jobs.order_by("-created_at", "-id"), many=True).data
+    assert response.json()["results"] == json.loads(json.dumps(expected, cls=JSONEncoder))
