@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: up down status test lint format stack messages compilemessages
+.PHONY: up down status test lint format stack messages compilemessages load
 
 # makemessages reads the apps and templates (not the venv or test code); file-only
 # locations keep the catalogue's diff to the strings that changed.
@@ -38,6 +38,11 @@ test: $(INSTALLED) stack
 	$(VENV)/bin/mypy
 	$(PY) manage.py compilemessages --ignore=.venv --verbosity 0
 	$(VENV)/bin/pytest
+
+# The load test (bench/load.py): 50 simulated researchers for 3 minutes against the real
+# web tier, worker and beat in a database of their own; fails on a 5xx or a broken invariant.
+load: $(INSTALLED) stack
+	$(PY) bench/load.py
 
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check .

@@ -38,9 +38,7 @@ import io
 import json
 import os
 import pstats
-import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -50,7 +48,7 @@ from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from bench import own_database  # noqa: E402
+from bench import own_database, web_server  # noqa: E402
 
 BENCH_DATABASE = "portal_bench_api"
 BENCH_URL = own_database.url(BENCH_DATABASE)
@@ -169,45 +167,6 @@ def fill(args: argparse.Namespace) -> tuple[str, float]:
     fill_s = time.perf_counter() - started
     _, token = token_create(user=User.objects.get(pk=owners[0]), name="bench")
     return token, fill_s
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def start_server(workers: int) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    gunicorn = Path(sys.executable).parent / "gunicorn"
-    env = {**os.environ, "PORTAL_LOG_LEVEL": "WARNING"}
-    LOG.parent.mkdir(exist_ok=True)
-    with LOG.open("w") as log:
-        process = subprocess.Popen(
-            [str(gunicorn), "portal.wsgi:application", "--chdir", str(REPO),
-             "--bind", f"127.0.0.1:{port}", "--workers", str(workers), "--timeout", "60"],
-            env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx.get(f"{url}/api/v1/me/", timeout=2).status_code == 401:
-                return process, url
-        except httpx.TransportError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise SystemExit(f"gunicorn did not start; see {LOG}")
-        time.sleep(0.2)
-
-
-def stop_server(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        process.kill()
 
 
 def percentile(values: list[float], p: int) -> float:
@@ -353,8 +312,7 @@ def run(args: argparse.Namespace) -> None:
     profiled = profile(token) if args.profile else ""
     connections.close_all()  # the server's workers are the database's clients from here
 
-    process, url = start_server(args.workers)
-    try:
+    with web_server.serving(workers=args.workers, log=LOG) as (url, _):
         jobs_path = "/api/v1/jobs/"
         me_path = "/api/v1/me/"
         body_bytes = len(httpx.get(f"{url}{jobs_path}", headers={
@@ -376,8 +334,6 @@ def run(args: argparse.Namespace) -> None:
             "jobs": one_by_one(url, token, jobs_path, args.depth * args.walks),
             "me": one_by_one(url, token, me_path, args.depth * args.walks),
         }
-    finally:
-        stop_server(process)
 
     ms = {
         name: {

@@ -9,9 +9,10 @@ worker processes on a queue of their own, on the bench database), then times N
 tiny jobs (`true`, no GPU, the debug partition, in a fresh directory in
 alice's home) from the create call to the Slurm job id being recorded:
 
-- portal: `job_create(...)` for each job, one after the other, as the API's
-  POST would call it (there is no REST endpoint for jobs yet, so the service
-  is called directly), until the worker has recorded every job's Slurm id;
+- portal: `POST /api/v1/jobs/` for each job, from 4 HTTP clients at once
+  (`--clients`; each one request after the other) with alice's access token, to
+  gunicorn (4 sync workers) on the bench database, until the worker has recorded
+  every job's Slurm id;
 - raw sbatch (the baseline, in the same run): `sbatch --parsable` of the same
   script and arguments, run as alice through the same user switch
   (`runuser -u alice --`), N times one after the other, before and after the
@@ -20,6 +21,12 @@ alice's home) from the create call to the Slurm job id being recorded:
 To tell the two halves apart it also times the workers alone: N jobs created
 while the worker takes no task, then the time from resuming it to the last
 Slurm id recorded (and the worker's own time per task, from its log).
+
+Where the time goes: the CPU seconds of each process group (this client, the web
+tier, the workers with the runuser and sbatch they run, PostgreSQL, slurmctld) are
+read from /proc before and after each run and printed per job. On a machine of C
+cores a run that keeps them all busy cannot go faster than C / (CPU per job), which
+is printed too as the ceiling of the ratio.
 
 Between the runs the account's jobs are left to finish, so each starts with
 the same queue. At the end the account's jobs are cancelled and the account
@@ -43,13 +50,18 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
 
+import httpx
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from bench import own_database  # noqa: E402
+from bench import own_database, web_server  # noqa: E402
+from bench.cpu import cpu_s, named_cpu_s  # noqa: E402
+from bench.dev_stack import slurm, wait_for_stack  # noqa: E402
 
 # The worker gets the same database from the tests' running_worker.
 BENCH_DATABASE = "portal_bench_submit"
@@ -66,44 +78,22 @@ from accounts.ledger import allocation_grant  # noqa: E402
 from accounts.models import User  # noqa: E402
 from accounts.reconcile import reconcile  # noqa: E402
 from accounts.services import membership_set, project_create, user_create  # noqa: E402
+from accounts.tokens import token_create  # noqa: E402
 from clusters.models import Cluster  # noqa: E402
 from clusters.services import cluster_register, partitions_sync  # noqa: E402
 from clusters.slurm.cli import sbatch_arguments, slurm_environment  # noqa: E402
 from clusters.slurm.types import SubmitRequest  # noqa: E402
 from jobs.models import Job, JobEvent  # noqa: E402
 from jobs.requests import JobRequest, job_prepare  # noqa: E402
-from jobs.services import job_create  # noqa: E402
 from jobs.states import JobState  # noqa: E402
 from jobs.submission import submit_request_for  # noqa: E402
 from portal.celery import app  # noqa: E402
 from tests.conftest import DEV_CLUSTER, running_worker  # noqa: E402
 
-STACK = REPO / "dev" / "stack"
 USER, PARTITION = "alice", "debug"
 TARGET_RATIO = 0.7
-NEEDED = ("postgresql", "redis", "slurmctld", "slurmd", "slurmdbd")
-
-
-def stack_down() -> list[str]:
-    status = subprocess.run([str(STACK), "status"], capture_output=True, text=True, check=False)
-    up = {line.split()[0] for line in status.stdout.splitlines() if line.split()[1:2] == ["up"]}
-    return [name for name in NEEDED if name not in up]
-
-
-def wait_for_stack(timeout_s: float) -> None:
-    """slurmctld may be stopped for a moment by a fault test: wait, never start it."""
-    deadline = time.monotonic() + timeout_s
-    while down := stack_down():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"the dev stack is not up ({', '.join(down)}); `dev/stack status`")
-        print(f"waiting for {', '.join(down)}…", file=sys.stderr)
-        time.sleep(5)
-
-
-def slurm(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        list(argv), capture_output=True, text=True, check=False, env=slurm_environment()
-    )
+WEB_WORKERS = 4  # gunicorn's advice: 2 per core
+WEB_LOG = REPO / "var" / "bench-submit-gunicorn.log"
 
 
 def queued(account: str) -> int:
@@ -127,21 +117,53 @@ def raw_sbatch(request: SubmitRequest) -> int:
     return int(done.stdout.strip().split(";")[0])
 
 
-def raw_run(request: SubmitRequest, jobs: int) -> tuple[float, list[float]]:
+@dataclasses.dataclass
+class Processes:
+    """The process groups whose CPU a run is charged: pids of the web tier and the worker."""
+
+    web: int = 0
+    worker: int = 0
+
+    def cpu_s(self) -> dict[str, float]:
+        return {
+            # Its own and its sbatch children, not the web tier and worker it started.
+            "client": cpu_s(os.getpid(), descendants=False),
+            "web": cpu_s(self.web) if self.web else 0.0,
+            "workers": cpu_s(self.worker) if self.worker else 0.0,
+            "postgres": named_cpu_s("postgres"),
+            "slurmctld": named_cpu_s("slurmctld"),
+        }
+
+
+def cpu_per_job_ms(before: dict[str, float], after: dict[str, float], jobs: int) -> dict:
+    return {name: (after[name] - before[name]) * 1000 / jobs for name in before}
+
+
+def raw_run(request: SubmitRequest, jobs: int) -> tuple[float, list[float], dict]:
     """N sbatch one after the other, each with a token of its own like the portal's."""
     latencies = []
+    cpu_before = Processes().cpu_s()
     started = time.perf_counter()
     for _ in range(jobs):
         one = time.perf_counter()
         raw_sbatch(dataclasses.replace(request, comment=f"bench:{uuid.uuid4()}"))
         latencies.append(time.perf_counter() - one)
-    return time.perf_counter() - started, latencies
+    elapsed = time.perf_counter() - started
+    return elapsed, latencies, cpu_per_job_ms(cpu_before, Processes().cpu_s(), jobs)
 
 
 def portal_run(
-    user: User, request: JobRequest, jobs: int, timeout_s: float, *, paused: str = ""
+    api: httpx.Client,
+    body: dict,
+    jobs: int,
+    timeout_s: float,
+    processes: Processes,
+    *,
+    clients: int,
+    paused: str = "",
 ) -> dict:
-    """N job_create calls one after the other; done when every job has its Slurm id.
+    """N POST jobs/ from ``clients`` threads, each one request after the other; done
+    when every job has its Slurm id.
 
     With ``paused`` (the worker's hostname) the worker takes no task until every job is
     created: the time is then the workers' alone, from resuming to the last id.
@@ -150,11 +172,27 @@ def portal_run(
     queue = app.conf.task_default_queue
     if paused:
         app.control.cancel_consumer(queue, destination=[paused], reply=True)
+    refusals: list[str] = []
+
+    def client(count: int) -> None:
+        for _ in range(count):
+            at = timezone.now()
+            response = api.post("/api/v1/jobs/", json=body)
+            if response.status_code != 201:
+                refusals.append(f"POST jobs/ answered {response.status_code}: {response.text}")
+                return
+            asked_at[response.json()["id"]] = at
+
+    cpu_before = processes.cpu_s()
     started = timezone.now()
-    for _ in range(jobs):
-        at = timezone.now()
-        job = job_create(user=user, request=request)
-        asked_at[job.pk] = at
+    shares = [jobs // clients + (n < jobs % clients) for n in range(clients)]
+    threads = [threading.Thread(target=client, args=(share,)) for share in shares]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if refusals:
+        raise SystemExit(refusals[0])
     created_s = (timezone.now() - started).total_seconds()
     if paused:
         started = timezone.now()
@@ -162,6 +200,8 @@ def portal_run(
         app.control.add_consumer(queue, destination=[paused], reply=True)
     pending = Job.objects.filter(pk__in=asked_at)
     deadline = time.monotonic() + timeout_s
+    # The times come from the rows (submitted_at), so a slow poll loses no precision and
+    # leaves the CPU to the portal.
     while pending.filter(slurm_job_id__isnull=True).exists():
         refused = pending.filter(state=JobState.SUBMIT_FAILED).first()
         if refused is not None:
@@ -169,7 +209,8 @@ def portal_run(
         if time.monotonic() > deadline:
             left = pending.filter(slurm_job_id__isnull=True).count()
             raise SystemExit(f"{left} jobs had no Slurm id after {timeout_s:g} s")
-        time.sleep(0.01)
+        time.sleep(0.25)
+    cpu = cpu_per_job_ms(cpu_before, processes.cpu_s(), jobs)
     # Every job with a Slurm id has its submitted_at: both are set by one UPDATE.
     recorded = {pk: at for pk, at in pending.values_list("pk", "submitted_at") if at is not None}
     claimed = dict(
@@ -181,6 +222,7 @@ def portal_run(
     return {
         "elapsed_s": elapsed_s,
         "created_s": created_s,
+        "cpu_ms": cpu,
         "latencies": [(recorded[pk] - asked_at[pk]).total_seconds() for pk in asked_at],
         # Waiting for a worker, then the worker's own time (claim, sbatch, record).
         "waits": [(claimed[pk] - asked_at[pk]).total_seconds() for pk in asked_at],
@@ -197,6 +239,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=4, help="unmeasured jobs of each kind first")
     parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument(
+        "--clients", type=int, default=4, help="API clients sending the portal's jobs at once"
+    )
     args = parser.parse_args()
     wait_for_stack(timeout_s=600)
 
@@ -259,17 +304,31 @@ def run(args: argparse.Namespace, account: str, workdir: Path) -> None:
     )
     raw_run(sbatch_request, args.warmup)
     drain(account)
-    raw_before_s, raw_before = raw_run(sbatch_request, args.jobs)
+    raw_before_s, raw_before, raw_cpu = raw_run(sbatch_request, args.jobs)
     drain(account)
 
-    with running_worker() as (queue, hostname, _process):
-        portal_run(user, request, args.warmup, args.timeout)  # each worker process warm
+    body = {k: v for k, v in dataclasses.asdict(request).items() if v is not None}
+    _, token = token_create(user=user, name="bench")
+    with (
+        running_worker() as (queue, hostname, worker),
+        # The web tier enqueues where the worker listens; the bench's own 100 jobs a second
+        # would be throttled by the API's rate limit for people.
+        web_server.serving(
+            workers=WEB_WORKERS, log=WEB_LOG, PORTAL_TASK_QUEUE=queue, PORTAL_API_RATE="off"
+        ) as (url, web),
+        httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as api,
+    ):
+        processes = Processes(web=web.pid, worker=worker.pid)
+        # Each web and worker process warm: its connection open, its code loaded.
+        portal_run(api, body, args.warmup, args.timeout, processes, clients=args.clients)
         drain(account)
-        portal = portal_run(user, request, args.jobs, args.timeout)
+        portal = portal_run(api, body, args.jobs, args.timeout, processes, clients=args.clients)
         drain(account)
-        workers = portal_run(user, request, args.jobs, args.timeout, paused=hostname)
+        workers = portal_run(
+            api, body, args.jobs, args.timeout, processes, clients=args.clients, paused=hostname
+        )
     drain(account)
-    raw_after_s, raw_after = raw_run(sbatch_request, args.jobs)
+    raw_after_s, raw_after, _ = raw_run(sbatch_request, args.jobs)
     log = REPO / "var" / f"{queue}.log"
     # The worker's own measure of each task, from its log ("… succeeded in 0.05s").
     task_s = [float(t) for t in re.findall(r"succeeded in ([0-9.]+)s", log.read_text())]
@@ -285,6 +344,13 @@ def run(args: argparse.Namespace, account: str, workdir: Path) -> None:
 
     def ms(values: list[float]) -> str:
         return f"{statistics.median(values) * 1000:.0f} / {p95(values) * 1000:.0f} ms"
+
+    # The CPU the portal's processes spend on one job, and so the fastest its processes
+    # could go on this machine's cores even with nothing waiting on anything.
+    cpu = portal["cpu_ms"]
+    portal_cpu_ms = sum(v for k, v in cpu.items() if k != "client")
+    cores = os.cpu_count() or 1
+    ceiling_per_s = cores * 1000 / (portal_cpu_ms + cpu["client"])
 
     rows = [
         ("load average (1 min) at the end", f"{os.getloadavg()[0]:.2f}"),
@@ -303,6 +369,15 @@ def run(args: argparse.Namespace, account: str, workdir: Path) -> None:
         ("  worker's task time (its log)", ms(task_s)),
         ("portal, workers alone (jobs queued first)", f"{workers['elapsed_s']:.2f} s"),
         ("portal, workers alone, jobs/s", f"{workers_per_s:.1f}"),
+        ("CPU per job, raw: runuser+sbatch / slurmctld",
+         f"{raw_cpu['client']:.1f} / {raw_cpu['slurmctld']:.1f} ms"),
+        ("CPU per job, portal: web tier", f"{cpu['web']:.1f} ms"),
+        ("  workers (with their runuser+sbatch)", f"{cpu['workers']:.1f} ms"),
+        ("  PostgreSQL / slurmctld", f"{cpu['postgres']:.1f} / {cpu['slurmctld']:.1f} ms"),
+        ("  the portal's processes in all", f"{portal_cpu_ms:.1f} ms"),
+        ("  the HTTP client (this process)", f"{cpu['client']:.1f} ms"),
+        (f"  ceiling on {cores} cores: jobs/s (ratio)",
+         f"{ceiling_per_s:.1f} ({ceiling_per_s / sbatch_per_s:.2f})"),
         ("portal / sbatch ratio", f"{ratio:.2f}"),
         (f"  ratio target (>= {TARGET_RATIO:g})", "met" if ratio >= TARGET_RATIO else "MISSED"),
         ("portal jobs with a Slurm id / distinct ids", f"{recorded_ids.count()} / "
@@ -328,9 +403,17 @@ def run(args: argparse.Namespace, account: str, workdir: Path) -> None:
                 "portal_task_p50_ms": round(statistics.median(task_s) * 1000, 1),
                 "portal_workers_alone_jobs_per_s": round(workers_per_s, 1),
                 "portal_retried_submissions": retried,
+                "sbatch_cpu_ms_per_job": round(raw_cpu["client"] + raw_cpu["slurmctld"], 1),
+                "portal_web_cpu_ms_per_job": round(cpu["web"], 1),
+                "portal_workers_cpu_ms_per_job": round(cpu["workers"], 1),
+                "portal_postgres_cpu_ms_per_job": round(cpu["postgres"], 1),
+                "portal_cpu_ms_per_job": round(portal_cpu_ms, 1),
+                "cores": cores,
+                "portal_cpu_ceiling_jobs_per_s": round(ceiling_per_s, 1),
                 "portal_vs_sbatch_ratio": round(ratio, 2),
                 "ratio_target": TARGET_RATIO,
                 "workers": 2,
+                "web_workers": WEB_WORKERS,
             }
         )
     )
