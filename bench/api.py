@@ -85,17 +85,11 @@ LOG = REPO / "var" / "bench-api-gunicorn.log"
 # Job g (0-based) belongs to user g % users (the measured one is user 0) and was
 # created g seconds after BASE - jobs seconds: distinct times, as real ones are
 # (the cursor pages by created_at). The last 1,000 are still queued or running.
-FILL_SQL = """
-INSERT INTO jobs_job (
-    owner_id, project_id, cluster_id, partition_id, template_id,
-    name, nodes, gpus_per_node, cpus_per_gpu, mem_per_gpu_gb, time_limit_minutes,
-    working_directory, output_path, error_path, environment, "array", array_tasks,
-    script, rendered_script, submit_token, idempotency_key, submit_attempts,
-    claimed_until, submit_error, cancel_requested_at,
-    slurm_job_id, state, slurm_state, reason, exit_code,
-    billing_weight, requested_gpu_seconds, used_gpu_seconds,
-    created_at, submitted_at, started_at, ended_at, updated_at
-)
+FILL_SQL = (
+    """
+INSERT INTO jobs_job ("""
+    + own_database.JOB_COLUMNS
+    + """)
 SELECT
     (%(owners)s::bigint[])[g %% %(users)s + 1], %(project)s, %(cluster)s, %(partition)s, NULL,
     'train-' || g, 1, 1, 8, 32, 60,
@@ -124,6 +118,7 @@ CROSS JOIN LATERAL (
         CASE WHEN g < %(jobs)s - 1000 THEN t.created + interval '11 minutes' END AS ended
 ) AS s
 """
+)
 RENDERED = (
     "#!/bin/bash\n#SBATCH --job-name=train\n#SBATCH --account=bench\n#SBATCH --partition=gpu\n"
     "#SBATCH --nodes=1\n#SBATCH --gpus-per-node=1\n#SBATCH --time=60\n"

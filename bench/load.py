@@ -129,21 +129,15 @@ SETTLED_STATES = UNFINISHED_STATES  # new, submitting, pending, running, suspend
 # Job g of the history belongs to slot g % slots (a researcher in one of their
 # projects) and was created evenly over the last HISTORY_DAYS, ending at least five
 # hours ago (the longest limit is four); one GPU to four, 30 minutes to 4 hours.
-HISTORY_SQL = """
+HISTORY_SQL = (
+    """
 WITH slots AS (
     SELECT * FROM unnest(%(owners)s::bigint[], %(projects)s::bigint[], %(homes)s::text[])
         WITH ORDINALITY AS s(owner_id, project_id, home, n)
 )
-INSERT INTO jobs_job (
-    owner_id, project_id, cluster_id, partition_id, template_id,
-    name, nodes, gpus_per_node, cpus_per_gpu, mem_per_gpu_gb, time_limit_minutes,
-    working_directory, output_path, error_path, environment, "array", array_tasks,
-    script, rendered_script, submit_token, idempotency_key, submit_attempts,
-    claimed_until, submit_error, cancel_requested_at,
-    slurm_job_id, state, slurm_state, reason, exit_code,
-    billing_weight, requested_gpu_seconds, used_gpu_seconds,
-    created_at, submitted_at, started_at, ended_at, updated_at
-)
+INSERT INTO jobs_job ("""
+    + own_database.JOB_COLUMNS
+    + """)
 SELECT
     s.owner_id, s.project_id, %(cluster)s, %(partition)s, NULL,
     'train-' || g, 1, k.gpus, 8, 32, k.minutes,
@@ -179,6 +173,7 @@ CROSS JOIN LATERAL (
     END AS elapsed
 ) AS e
 """
+)
 EVENTS_SQL = """
 INSERT INTO jobs_jobevent (job_id, at, state, detail)
 SELECT id, created_at, 'new', '' FROM jobs_job

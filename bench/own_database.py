@@ -13,6 +13,18 @@ import psycopg
 
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
+# Every column of jobs_job, in the order the benchmarks' INSERT … SELECT fills them.
+JOB_COLUMNS = """
+    owner_id, project_id, cluster_id, partition_id, template_id,
+    name, nodes, gpus_per_node, cpus_per_gpu, mem_per_gpu_gb, time_limit_minutes,
+    working_directory, output_path, error_path, environment, "array", array_tasks,
+    script, rendered_script, submit_token, idempotency_key, submit_attempts,
+    claimed_until, submit_error, cancel_requested_at,
+    slurm_job_id, state, slurm_state, reason, exit_code,
+    billing_weight, requested_gpu_seconds, used_gpu_seconds,
+    created_at, submitted_at, started_at, ended_at, updated_at
+"""
+
 
 def url(name: str) -> str:
     return f"postgresql://postgres@127.0.0.1:5432/{name}"

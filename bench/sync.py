@@ -96,17 +96,11 @@ BURST = 5
 # jobs are unfinished: with k = g - (jobs - queued), even k pend (reason
 # Priority), odd k run since BASE + 1 h + k // BURST; the rest ended in one of
 # the terminal states. md5 gives unique tokens the snapshot can recompute.
-FILL_SQL = """
-INSERT INTO jobs_job (
-    owner_id, project_id, cluster_id, partition_id, template_id,
-    name, nodes, gpus_per_node, cpus_per_gpu, mem_per_gpu_gb, time_limit_minutes,
-    working_directory, output_path, error_path, environment, "array", array_tasks,
-    script, rendered_script, submit_token, idempotency_key, submit_attempts,
-    claimed_until, submit_error, cancel_requested_at,
-    slurm_job_id, state, slurm_state, reason, exit_code,
-    billing_weight, requested_gpu_seconds, used_gpu_seconds,
-    created_at, submitted_at, started_at, ended_at, updated_at
-)
+FILL_SQL = (
+    """
+INSERT INTO jobs_job ("""
+    + own_database.JOB_COLUMNS
+    + """)
 SELECT
     %(owner)s, %(project)s, %(cluster)s, %(partition)s, NULL,
     'train-' || g, 1, 1, 8, 32, 60,
@@ -144,6 +138,7 @@ CROSS JOIN LATERAL (
         CASE WHEN t.k < 0 THEN t.submitted + interval '11 minutes' END AS ended
 ) AS u
 """
+)
 RENDERED = (
     "#!/bin/bash\n#SBATCH --job-name=train\n#SBATCH --account=bench\n#SBATCH --partition=gpu\n"
     "#SBATCH --nodes=1\n#SBATCH --gpus-per-node=1\n#SBATCH --time=60\n"
