@@ -73,7 +73,11 @@ def _append(
 
 
 def _existing(kind: str, reference: str) -> LedgerEntry | None:
-    return LedgerEntry.objects.filter(kind=kind, reference=reference).first()
+    # At most one (ledger_entry_once_per_reference): get, not an ordered first().
+    try:
+        return LedgerEntry.objects.get(kind=kind, reference=reference)
+    except LedgerEntry.DoesNotExist:
+        return None
 
 
 def _locked(allocation_id: int) -> Allocation:
@@ -229,7 +233,10 @@ def ledger_hold(
         raise ValueError("A hold cannot be negative.")
     if not reference:
         raise ValueError("A hold needs the reference of what it is for.")
-    with transaction.atomic():
+    # Within the caller's transaction (job_create's) no savepoint of its own: a refusal
+    # has written nothing, and a hold that fails after its update fails the whole of what
+    # it was for.
+    with transaction.atomic(savepoint=False):
         if (existing := _existing(LedgerEntry.Kind.HOLD, reference)) is not None:
             return existing
         # One conditional update instead of lock, read, compare: the row count says whether
@@ -241,19 +248,19 @@ def ledger_hold(
             .filter(available__gte=gpu_seconds)
             .update(held_gpu_seconds=F("held_gpu_seconds") + gpu_seconds)
         )
-        if not covered:
-            available = Allocation.objects.get(pk=allocation.pk).available_gpu_seconds
-            raise QuotaExceeded(
-                requested_gpu_hours=gpu_seconds / 3600, available_gpu_hours=available / 3600
+        if covered:
+            return LedgerEntry.objects.create(
+                allocation=allocation,
+                kind=LedgerEntry.Kind.HOLD,
+                gpu_seconds=-gpu_seconds,
+                reference=reference,
+                user=user,
+                partition=partition,
             )
-        return LedgerEntry.objects.create(
-            allocation=allocation,
-            kind=LedgerEntry.Kind.HOLD,
-            gpu_seconds=-gpu_seconds,
-            reference=reference,
-            user=user,
-            partition=partition,
-        )
+    available = Allocation.objects.get(pk=allocation.pk).available_gpu_seconds
+    raise QuotaExceeded(
+        requested_gpu_hours=gpu_seconds / 3600, available_gpu_hours=available / 3600
+    )
 
 
 def _release_in_transaction(hold: LedgerEntry) -> LedgerEntry:

@@ -62,13 +62,10 @@ def token_authenticate(plain: str) -> PersonalAccessToken:
     """The live token ``plain`` names, with its user; TokenRefused saying why not."""
     if not _TOKEN.fullmatch(plain):
         raise TokenRefused("This is not a portal access token (they start with sgp_).")
-    token = (
-        PersonalAccessToken.objects.select_related("user")
-        .filter(token_hash=hash_token(plain))
-        .first()
-    )
-    if token is None:
-        raise TokenRefused("This access token is not known; it may have been deleted.")
+    try:
+        token = PersonalAccessToken.objects.select_related("user").get(token_hash=hash_token(plain))
+    except PersonalAccessToken.DoesNotExist:
+        raise TokenRefused("This access token is not known; it may have been deleted.") from None
     now = timezone.now()
     if token.revoked_at is not None:
         raise TokenRefused("This access token has been revoked; create a new one.")

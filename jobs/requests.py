@@ -114,26 +114,27 @@ def _with_defaults(request: JobRequest, user: User) -> tuple[dict[str, Any], Job
 def _project(user: User, slug: str | None) -> Project:
     if not slug:
         raise JobInvalid.one("project", _("Choose the project that pays for the job."))
-    membership = (
-        Membership.objects.filter(user=user, project__slug=slug).select_related("project").first()
-    )
-    if membership is None:
+    # Lookups of one row by a unique key are get()s here: an ordered first() would sort
+    # (and join, for the ordering) on every job created.
+    try:
+        membership = Membership.objects.select_related("project").get(user=user, project__slug=slug)
+    except Membership.DoesNotExist:
         raise JobInvalid.one(
             "project", _("You are not a member of a project %(slug)s.") % {"slug": repr(slug)}
-        )
+        ) from None
     return membership.project
 
 
 def _cluster(name: str | None) -> Cluster:
     clusters = Cluster.objects.filter(is_enabled=True)
     if name:
-        cluster = clusters.filter(name=name).first()
-        if cluster is None:
+        try:
+            return clusters.get(name=name)
+        except Cluster.DoesNotExist:
             raise JobInvalid.one(
                 "cluster", _("There is no cluster %(name)s.") % {"name": repr(name)}
-            )
-        return cluster
-    found = list(clusters[:2])
+            ) from None
+    found = list(clusters.order_by()[:2])
     if len(found) != 1:
         raise JobInvalid.one("cluster", _("Choose a cluster: the portal has more than one."))
     return found[0]
@@ -141,9 +142,14 @@ def _cluster(name: str | None) -> Cluster:
 
 def _partition(cluster: Cluster, name: str | None) -> Partition:
     partitions = Partition.objects.filter(cluster=cluster)
-    partition = (
-        partitions.filter(name=name).first() if name else partitions.filter(is_default=True).first()
-    )
+    if name:
+        try:
+            partition = partitions.get(name=name)
+        except Partition.DoesNotExist:
+            partition = None
+    else:
+        # Slurm has one default partition; by name if a stale sync left two.
+        partition = partitions.filter(is_default=True).order_by("name").first()
     if partition is None:
         known = ", ".join(partitions.values_list("name", flat=True)) or _("none synced yet")
         where = {"name": repr(name), "cluster": cluster, "known": known}

@@ -35,10 +35,30 @@ logger = logging.getLogger(__name__)
 ESTIMATE_PAUSE_S = 30
 
 
-def job_event_add(*, job: Job, state: str, detail: str = "", at: dt.datetime | None = None) -> None:
+def estimates_paused_key(cluster_id: int) -> str:
+    return f"jobs:no-estimate:{cluster_id}"
+
+
+def job_event_add(
+    *, job: Job, state: str, detail: str = "", at: dt.datetime | None = None
+) -> JobEvent:
     # A detail is stored and read by everyone who sees the job (the owner, the PI), so it
     # stays in English like Slurm's own messages, not in the language of whoever caused it.
-    JobEvent.objects.create(job=job, state=state, detail=detail[:500], at=at or timezone.now())
+    return JobEvent.objects.create(
+        job=job, state=state, detail=detail[:500], at=at or timezone.now()
+    )
+
+
+def _remember_related(job: Job, **rows: list) -> None:
+    """Keep the rows a job was just made with as its related sets, the way
+    prefetch_related keeps them (a queryset holding its results), so showing the new job
+    (the API's 201) reads nothing more; a filter on them still asks the database."""
+    cache = job.__dict__.setdefault("_prefetched_objects_cache", {})
+    for name, related in rows.items():
+        known = getattr(job, name).all()
+        known._result_cache = related
+        known._prefetch_done = True
+        cache[name] = known
 
 
 def _allocation_for(prepared: PreparedJob):
@@ -111,7 +131,7 @@ def job_create(*, user: User, request: JobRequest, idempotency_key: str = "") ->
                 user=user,
                 partition=prepared.partition,
             )
-            job_event_add(
+            created = job_event_add(
                 job=job,
                 state=JobState.NEW,
                 detail=f"{job.requested_gpu_hours:,.2f} GPU-hours held",
@@ -123,6 +143,12 @@ def job_create(*, user: User, request: JobRequest, idempotency_key: str = "") ->
         if idempotency_key and (found := _by_idempotency_key(user, idempotency_key)):
             return found
         raise
+    _remember_related(
+        job,
+        events=[created],
+        # In Job's own order, as a query of them would give them.
+        depends_on=sorted(prepared.dependencies, key=lambda d: (d.created_at, d.pk), reverse=True),
+    )
     return job
 
 
@@ -145,7 +171,7 @@ def job_estimate(*, user: User, request: JobRequest) -> Estimate:
     prepared = job_prepare(user=user, request=request, submit_token="estimate")  # noqa: S106
     allocation = _allocation_for(prepared)
     expected_start = None
-    no_estimates = f"jobs:no-estimate:{prepared.cluster.pk}"
+    no_estimates = estimates_paused_key(prepared.cluster.pk)
     try:
         if reason := paused(no_estimates):
             raise SlurmUnavailable(reason)

@@ -68,6 +68,22 @@ def test_it_creates_the_job_holds_its_hours_and_enqueues_it(
     assert len(callbacks) == 1  # the submission, once the transaction commits
 
 
+def test_the_201_is_the_job_as_its_page_shows_it_without_reading_it_back(
+    api, alice, project, body, django_assert_max_num_queries
+):
+    client = api(alice)
+    first = post(client, body).json()
+    second = post(client, body).json()
+    # The caller, the project, cluster, partition and allocation, the dependencies, the
+    # job with its links, the hold and the first event; nothing read back to answer.
+    with django_assert_max_num_queries(15):
+        response = post(client, {**body, "depends_on": [first["id"], second["id"]]})
+    assert response.status_code == 201, response.json()
+    created = response.json()
+    assert created["depends_on"] == [second["id"], first["id"]]  # newest first, as read
+    assert created == client.get(f"/api/v1/jobs/{created['id']}/").json()
+
+
 def test_fields_left_out_take_the_templates_values(api, alice, project, body):
     template = JobTemplate.objects.create(
         name="long", scope="user", owner=alice, defaults={"time_limit_minutes": 45}, script="t\n"

@@ -10,7 +10,7 @@ from accounts.selectors import project_balance
 from jobs.errors import JobInvalid
 from jobs.models import Job, JobTemplate
 from jobs.requests import JobRequest
-from jobs.services import job_create, job_estimate
+from jobs.services import estimates_paused_key, job_create, job_estimate
 from jobs.states import JobState
 from tests.factories import request_for
 
@@ -194,7 +194,7 @@ def test_once_slurm_missed_an_estimates_deadline_the_next_ones_do_not_wait_for_i
     from django.core.cache import cache
 
     project = make_project(members={alice: "pi"}, gpu_hours=10)
-    paused = f"jobs:no-estimate:{dev_cluster.pk}"
+    paused = estimates_paused_key(dev_cluster.pk)
     request = request_for(project, workdir)
     settings.ESTIMATE_TIMEOUT_S = 0.001  # no sbatch --test-only answers that fast
     try:
