@@ -194,19 +194,27 @@ def _unclaim(job: Job, *, reason: str) -> None:
 
 def _record_submitted(job: Job, slurm_job_id: int, *, rendered_script: str) -> Job:
     now = timezone.now()
+    recorded = {
+        "state": JobState.PENDING,
+        "slurm_job_id": slurm_job_id,
+        "rendered_script": rendered_script,
+        "submitted_at": now,
+        "claimed_until": None,
+        "reason": "",
+    }
     with transaction.atomic():
-        updated = Job.objects.filter(pk=job.pk, state=JobState.SUBMITTING).update(
-            state=JobState.PENDING,
-            slurm_job_id=slurm_job_id,
-            rendered_script=rendered_script,
-            submitted_at=now,
-            claimed_until=None,
-            reason="",
-        )
-        if updated:
+        submitting = Job.objects.filter(pk=job.pk, state=JobState.SUBMITTING)
+        # Usually nobody asked to cancel it while sbatch ran: then the row is what this
+        # wrote, and there is nothing to read back.
+        plain = submitting.filter(cancel_requested_at__isnull=True).update(**recorded)
+        if plain or submitting.update(**recorded):
             JobEvent.objects.create(
                 job=job, at=now, state=JobState.PENDING, detail=f"Slurm job {slurm_job_id}"
             )
+    if plain:
+        for name, value in recorded.items():
+            setattr(job, name, value)
+        return job
     job.refresh_from_db(fields=["state", "slurm_job_id", "submitted_at", "cancel_requested_at"])
     if job.cancel_requested_at is not None:
         from jobs.tasks import job_cancel_task
