@@ -11,7 +11,7 @@ alice's home) from the create call to the Slurm job id being recorded:
 
 - portal: `POST /api/v1/jobs/` for each job, from 4 HTTP clients at once
   (`--clients`; each one request after the other) with alice's access token, to
-  gunicorn (4 sync workers) on the bench database, until the worker has recorded
+  gunicorn (4 sync workers, `--web-workers`) on the bench database, until the worker has recorded
   every job's Slurm id;
 - raw sbatch (the baseline, in the same run): `sbatch --parsable` of the same
   script and arguments, run as alice through the same user switch
@@ -26,13 +26,16 @@ Where the time goes: the CPU seconds of each process group (this client, the web
 tier, the workers with the runuser and sbatch they run, PostgreSQL, slurmctld) are
 read from /proc before and after each run and printed per job. On a machine of C
 cores a run that keeps them all busy cannot go faster than C / (CPU per job), which
-is printed too as the ceiling of the ratio.
+is printed too as the ceiling of the ratio, beside how busy the machine's cores were.
 
-Between the runs the account's jobs are left to finish, so each starts with
-the same queue. At the end the account's jobs are cancelled and the account
-is deleted from Slurm.
+No job starts while the runs are timed: the partition's nodes are drained (and
+resumed at the end), so each job waits in the queue, and between the runs the
+account's jobs are cancelled, so each starts with the same queue. Starting and
+ending a job costs this machine more CPU than submitting it, and the jobs of one
+run would otherwise be paid for by the next. At the end the account is deleted
+from Slurm.
 
-    .venv/bin/python bench/submit.py [--jobs 100] [--warmup 4]
+    .venv/bin/python bench/submit.py [--jobs 100] [--warmup 4] [--clients 4] [--web-workers 4]
 
 Needs the dev stack (`dev/stack start`: PostgreSQL, Redis and slurmctld up) and
 the POSIX user alice (created by `dev/stack install`).
@@ -53,6 +56,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -60,7 +64,7 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from bench import own_database, web_server  # noqa: E402
-from bench.cpu import cpu_s, named_cpu_s  # noqa: E402
+from bench.cpu import cpu_s, machine_busy_s, named_cpu_s  # noqa: E402
 from bench.dev_stack import slurm, wait_for_stack  # noqa: E402
 
 # The worker gets the same database from the tests' running_worker.
@@ -92,7 +96,6 @@ from tests.conftest import DEV_CLUSTER, running_worker  # noqa: E402
 
 USER, PARTITION = "alice", "debug"
 TARGET_RATIO = 0.7
-WEB_WORKERS = 4  # gunicorn's advice: 2 per core
 WEB_LOG = REPO / "var" / "bench-submit-gunicorn.log"
 
 
@@ -100,12 +103,30 @@ def queued(account: str) -> int:
     return len(slurm("squeue", "--noheader", f"--account={account}", "-o", "%i").stdout.split())
 
 
-def drain(account: str, timeout_s: float = 120) -> float:
-    """Wait until the account's jobs have left the queue; the seconds it took."""
-    started = time.monotonic()
-    while queued(account) and time.monotonic() - started < timeout_s:
-        time.sleep(0.5)
-    return time.monotonic() - started
+def clear(account: str, timeout_s: float = 60) -> None:
+    """Cancel the account's jobs and wait until they have left the queue."""
+    slurm("scancel", f"--account={account}")
+    deadline = time.monotonic() + timeout_s
+    while queued(account) and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def no_job_starts(partition: str) -> Iterator[None]:
+    """The partition's nodes drained while the runs are timed: every job of both runs
+    waits in the queue and none starts. A job starting and ending costs this machine
+    more CPU than its submission (about 50 ms against sbatch's 12), and left to run,
+    the jobs of one run would be paid for by whichever run came next, not measured."""
+    nodes = slurm("sinfo", "--noheader", f"--partition={partition}", "-o", "%N").stdout.strip()
+    drained = slurm(
+        "scontrol", "update", f"nodename={nodes}", "state=drain", "reason=bench/submit.py"
+    )
+    if drained.returncode != 0:
+        raise SystemExit(f"could not drain {nodes}: {drained.stderr.strip()}")
+    try:
+        yield
+    finally:
+        slurm("scontrol", "update", f"nodename={nodes}", "state=resume")
 
 
 def raw_sbatch(request: SubmitRequest) -> int:
@@ -184,6 +205,7 @@ def portal_run(
             asked_at[response.json()["id"]] = at
 
     cpu_before = processes.cpu_s()
+    busy_before = machine_busy_s()
     started = timezone.now()
     shares = [jobs // clients + (n < jobs % clients) for n in range(clients)]
     threads = [threading.Thread(target=client, args=(share,)) for share in shares]
@@ -209,8 +231,10 @@ def portal_run(
         if time.monotonic() > deadline:
             left = pending.filter(slurm_job_id__isnull=True).count()
             raise SystemExit(f"{left} jobs had no Slurm id after {timeout_s:g} s")
-        time.sleep(0.25)
+        time.sleep(0.1)
     cpu = cpu_per_job_ms(cpu_before, processes.cpu_s(), jobs)
+    (busy_after, total_after), (busy_at, total_at) = machine_busy_s(), busy_before
+    busy, total = busy_after - busy_at, total_after - total_at
     # Every job with a Slurm id has its submitted_at: both are set by one UPDATE.
     recorded = {pk: at for pk, at in pending.values_list("pk", "submitted_at") if at is not None}
     claimed = dict(
@@ -223,6 +247,8 @@ def portal_run(
         "elapsed_s": elapsed_s,
         "created_s": created_s,
         "cpu_ms": cpu,
+        # Every process of the machine, the jobs' slurmd included: how much of its cores.
+        "busy": busy / total,
         "latencies": [(recorded[pk] - asked_at[pk]).total_seconds() for pk in asked_at],
         # Waiting for a worker, then the worker's own time (claim, sbatch, record).
         "waits": [(claimed[pk] - asked_at[pk]).total_seconds() for pk in asked_at],
@@ -242,6 +268,9 @@ def main() -> None:
     parser.add_argument(
         "--clients", type=int, default=4, help="API clients sending the portal's jobs at once"
     )
+    parser.add_argument(
+        "--web-workers", type=int, default=4, help="gunicorn sync workers (its advice: 2 a core)"
+    )
     args = parser.parse_args()
     wait_for_stack(timeout_s=600)
 
@@ -254,8 +283,7 @@ def main() -> None:
     try:
         own_database.fresh(BENCH_DATABASE, lambda: run(args, account, workdir))
     finally:
-        slurm("scancel", f"--account={account}")
-        drain(account, timeout_s=30)
+        clear(account, timeout_s=30)
         deleted = slurm("sacctmgr", "-i", "delete", "account", account)
         if deleted.returncode != 0:
             print(f"sacctmgr delete account {account}: {deleted.stderr.strip()}", file=sys.stderr)
@@ -302,33 +330,39 @@ def run(args: argparse.Namespace, account: str, workdir: Path) -> None:
     sbatch_request = submit_request_for(
         job_prepare(user=user, request=request, submit_token=str(uuid.uuid4()))
     )
-    raw_run(sbatch_request, args.warmup)
-    drain(account)
-    raw_before_s, raw_before, raw_cpu = raw_run(sbatch_request, args.jobs)
-    drain(account)
+    with no_job_starts(PARTITION):
+        raw_run(sbatch_request, args.warmup)
+        clear(account)
+        raw_before_s, raw_before, raw_cpu = raw_run(sbatch_request, args.jobs)
+        clear(account)
 
-    body = {k: v for k, v in dataclasses.asdict(request).items() if v is not None}
-    _, token = token_create(user=user, name="bench")
-    with (
-        running_worker() as (queue, hostname, worker),
-        # The web tier enqueues where the worker listens; the bench's own 100 jobs a second
-        # would be throttled by the API's rate limit for people.
-        web_server.serving(
-            workers=WEB_WORKERS, log=WEB_LOG, PORTAL_TASK_QUEUE=queue, PORTAL_API_RATE="off"
-        ) as (url, web),
-        httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as api,
-    ):
-        processes = Processes(web=web.pid, worker=worker.pid)
-        # Each web and worker process warm: its connection open, its code loaded.
-        portal_run(api, body, args.warmup, args.timeout, processes, clients=args.clients)
-        drain(account)
-        portal = portal_run(api, body, args.jobs, args.timeout, processes, clients=args.clients)
-        drain(account)
-        workers = portal_run(
-            api, body, args.jobs, args.timeout, processes, clients=args.clients, paused=hostname
-        )
-    drain(account)
-    raw_after_s, raw_after, _ = raw_run(sbatch_request, args.jobs)
+        body = {k: v for k, v in dataclasses.asdict(request).items() if v is not None}
+        _, token = token_create(user=user, name="bench")
+        with (
+            running_worker() as (queue, hostname, worker),
+            # The web tier enqueues where the worker listens; the bench's own 100 jobs a second
+            # would be throttled by the API's rate limit for people.
+            web_server.serving(
+                workers=args.web_workers,
+                log=WEB_LOG,
+                PORTAL_TASK_QUEUE=queue,
+                PORTAL_API_RATE="off",
+            ) as (url, web),
+            httpx.Client(
+                base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+            ) as api,
+        ):
+            processes = Processes(web=web.pid, worker=worker.pid)
+            # Each web and worker process warm: its connection open, its code loaded.
+            portal_run(api, body, args.warmup, args.timeout, processes, clients=args.clients)
+            clear(account)
+            portal = portal_run(api, body, args.jobs, args.timeout, processes, clients=args.clients)
+            clear(account)
+            workers = portal_run(
+                api, body, args.jobs, args.timeout, processes, clients=args.clients, paused=hostname
+            )
+        clear(account)
+        raw_after_s, raw_after, _ = raw_run(sbatch_request, args.jobs)
     log = REPO / "var" / f"{queue}.log"
     # The worker's own measure of each task, from its log ("… succeeded in 0.05s").
     task_s = [float(t) for t in re.findall(r"succeeded in ([0-9.]+)s", log.read_text())]
@@ -376,6 +410,7 @@ def run(args: argparse.Namespace, account: str, workdir: Path) -> None:
         ("  PostgreSQL / slurmctld", f"{cpu['postgres']:.1f} / {cpu['slurmctld']:.1f} ms"),
         ("  the portal's processes in all", f"{portal_cpu_ms:.1f} ms"),
         ("  the HTTP client (this process)", f"{cpu['client']:.1f} ms"),
+        (f"  the machine's {cores} cores busy", f"{portal['busy']:.0%}"),
         (f"  ceiling on {cores} cores: jobs/s (ratio)",
          f"{ceiling_per_s:.1f} ({ceiling_per_s / sbatch_per_s:.2f})"),
         ("portal / sbatch ratio", f"{ratio:.2f}"),
@@ -410,10 +445,11 @@ def run(args: argparse.Namespace, account: str, workdir: Path) -> None:
                 "portal_cpu_ms_per_job": round(portal_cpu_ms, 1),
                 "cores": cores,
                 "portal_cpu_ceiling_jobs_per_s": round(ceiling_per_s, 1),
+                "portal_machine_busy": round(portal["busy"], 2),
                 "portal_vs_sbatch_ratio": round(ratio, 2),
                 "ratio_target": TARGET_RATIO,
                 "workers": 2,
-                "web_workers": WEB_WORKERS,
+                "web_workers": args.web_workers,
             }
         )
     )
