@@ -37,7 +37,6 @@ def check_clusters(app_configs, databases=None, **kwargs):
     if not databases or "default" not in databases:
         return []
     from clusters.models import Cluster
-    from clusters.slurm import pyslurm_available
 
     try:
         clusters = list(Cluster.objects.filter(is_enabled=True))
@@ -73,15 +72,6 @@ def check_clusters(app_configs, databases=None, **kwargs):
                     id="clusters.E005",
                 )
             )
-    if any(c.backend == Cluster.Backend.PYSLURM for c in clusters) and not pyslurm_available():
-        errors.append(
-            Error(
-                "A cluster uses the pyslurm backend but the pyslurm binding is not installed.",
-                hint="Install the 'pyslurm' extra built against the cluster's Slurm, or switch "
-                "the cluster to the rest or cli backend.",
-                id="clusters.E006",
-            )
-        )
     search_path = settings.SLURM_BIN_DIR or None
     if any(c.backend == Cluster.Backend.CLI for c in clusters):
         for tool in ("sbatch", "squeue", "sacct", "sinfo", "scontrol", "sacctmgr"):

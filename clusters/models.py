@@ -14,7 +14,6 @@ class Cluster(models.Model):
     class Backend(models.TextChoices):
         REST = "rest", _("slurmrestd (REST API with JWT)")
         CLI = "cli", _("Slurm command-line tools")
-        PYSLURM = "pyslurm", _("pyslurm (in-process; the worker runs as root or SlurmUser)")
 
     name = models.CharField(
         max_length=40,

@@ -4,8 +4,6 @@
 client implements ``SlurmClient`` and raises only the errors in ``errors``.
 """
 
-import importlib.util
-
 from django.conf import settings
 
 from clusters.models import Cluster
@@ -27,11 +25,6 @@ __all__ = [
 ]
 
 
-def pyslurm_available() -> bool:
-    """The pyslurm backend is used only where its binding imports."""
-    return importlib.util.find_spec("pyslurm") is not None
-
-
 def client_for(cluster: Cluster, *, timeout_s: float | None = None) -> SlurmClient:
     timeout_s = timeout_s or settings.SLURM_COMMAND_TIMEOUT_S
     if cluster.backend == Cluster.Backend.REST:
@@ -43,15 +36,6 @@ def client_for(cluster: Cluster, *, timeout_s: float | None = None) -> SlurmClie
             timeout_s=timeout_s,
             api_version=cluster.rest_api_version or None,
         )
-    if cluster.backend == Cluster.Backend.PYSLURM:
-        if not pyslurm_available():
-            raise SlurmUnavailable(
-                f"cluster {cluster.name} uses pyslurm, but the binding is not installed on this "
-                "worker (it must be built for the cluster's Slurm version)"
-            )
-        from clusters.slurm.pyslurm_backend import PyslurmClient
-
-        return PyslurmClient(cluster_name=cluster.name, timeout_s=timeout_s)
     if cluster.backend == Cluster.Backend.CLI:
         return CliClient(
             cluster_name=cluster.name,

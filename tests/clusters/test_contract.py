@@ -1,11 +1,9 @@
 """One contract, every adapter: the Slurm client against the live dev cluster.
 
-Each test runs once per backend (cli, rest, pyslurm); pyslurm is skipped with
-a reason when its binding is not installed.
+Each test runs once per backend (cli, rest).
 """
 
 import datetime as dt
-import importlib.util
 import os
 import pwd
 import subprocess
@@ -60,11 +58,9 @@ def clear_limit() -> None:
     )  # fmt: skip
 
 
-@pytest.fixture(params=["cli", "rest", "pyslurm"])
+@pytest.fixture(params=["cli", "rest"])
 def client(request, slurm_stack):
     backend = request.param
-    if backend == "pyslurm" and importlib.util.find_spec("pyslurm") is None:
-        pytest.skip("the pyslurm binding is not installed (optional extra; needs Slurm 22.05's)")
     cluster = Cluster(
         name=DEV_CLUSTER,
         backend=backend,
@@ -244,10 +240,6 @@ def test_an_estimate_submits_nothing(client):
 
 def test_accounts_and_associations_are_ensured_once(client):
     account = f"c{uuid.uuid4().hex[:10]}"
-    if client.__class__.__name__ == "PyslurmClient":
-        with pytest.raises(SlurmRejected):
-            client.ensure_account(account, description="contract test")
-        return
     try:
         assert client.ensure_account(account, description="contract test") is True
         assert client.ensure_account(account, description="contract test") is False
@@ -260,10 +252,10 @@ def test_accounts_and_associations_are_ensured_once(client):
 
 
 # slurmrestd 22.05 answers "success" to a change of an account's own association
-# but applies nothing, and exposes no usage; pyslurm 22.5 has no association API
-# at all. Both adapters refuse plainly instead (see their modules).
+# but applies nothing, and exposes no usage: the adapter refuses plainly instead
+# (see its module).
 def limits_supported(client) -> bool:
-    return client.__class__.__name__ not in {"RestClient", "PyslurmClient"}
+    return client.__class__.__name__ != "RestClient"
 
 
 def test_a_gpu_minutes_limit_makes_an_over_budget_job_pend(client):
@@ -295,9 +287,7 @@ def test_a_gpu_minutes_limit_makes_an_over_budget_job_pend(client):
 
 
 def test_usage_of_an_unknown_account_is_not_found(client):
-    # pyslurm 22.5 cannot read usage at all, so it refuses before it could look.
-    pyslurm = client.__class__.__name__ == "PyslurmClient"
-    with pytest.raises(SlurmRejected if pyslurm else NotFound):
+    with pytest.raises(NotFound):
         client.gpu_minutes_used("no-such-account")
 
 
