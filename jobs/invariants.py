@@ -11,8 +11,15 @@ with it, and ``manage.py check_invariants`` runs it against a live portal:
   may legitimately not be there yet; only one waiting longer than
   ``stuck_after`` is reported;
 - Slurm → portal: every Slurm job of a portal project that carries a portal
-  token belongs to the one portal job with that token, and no token is on two
+  token and can be that job's submission (``jobs.tokens.is_submission_of``)
+  belongs to the one portal job with that token, and no token is on two such
   Slurm jobs.
+
+Some findings are warnings, not violations: what any researcher can bring about
+from a login node must not make the check fail at will. A token copied onto
+someone else's job (``forged-token``) or a token of no portal job
+(``unknown-token``) is listed with who ran it; the ingest charged that work to
+the account it ran under, as any work outside the portal.
 
 Slurm is read once per cluster (one queue listing, one accounting read), after
 the portal's rows, so a job submitted in between is seen in Slurm rather than
@@ -21,7 +28,7 @@ missed; a job that finished since is found in accounting.
 
 import datetime as dt
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.db.models import F, Q, Sum
 from django.db.models.functions import Coalesce
@@ -35,7 +42,8 @@ from clusters.slurm import SlurmError, client_for
 from clusters.slurm.types import AccountingEntry, QueueEntry
 from jobs.models import AccountingRecord, Job
 from jobs.states import JobState
-from jobs.sync import IN_SLURM, token_in
+from jobs.sync import IN_SLURM
+from jobs.tokens import is_submission_of, token_in
 
 # How far back accounting is read for jobs that already left the queue; the
 # submission's own token look-up reads as far (clusters/slurm/cli.py).
@@ -53,15 +61,22 @@ class Violation:
         return f"{self.name}: {self.detail}"
 
 
+@dataclass
+class Findings:
+    violations: list[Violation] = field(default_factory=list)  # the portal is unsound
+    warnings: list[Violation] = field(default_factory=list)  # someone else's doing
+
+
 def invariants_check(
     *, cluster: Cluster | None = None, stuck_after: dt.timedelta = STUCK_AFTER
-) -> list[Violation]:
-    """Every violation found on the cluster (every enabled cluster if none); [] when sound."""
+) -> Findings:
+    """What was found on the cluster (every enabled cluster if none); sound when
+    ``violations`` is empty."""
     clusters = [cluster] if cluster is not None else list(clusters_enabled())
-    violations = _ledger_violations(clusters)
+    findings = Findings(violations=_ledger_violations(clusters))
     for one in clusters:
-        violations += _slurm_violations(one, stuck_after=stuck_after)
-    return violations
+        _check_slurm(one, findings, stuck_after=stuck_after)
+    return findings
 
 
 # --- the ledger ----------------------------------------------------------------------
@@ -149,7 +164,7 @@ def _open_hold_violations(clusters: list[Cluster]) -> list[Violation]:
 # --- the portal and Slurm --------------------------------------------------------------
 
 
-def _slurm_violations(cluster: Cluster, *, stuck_after: dt.timedelta) -> list[Violation]:
+def _check_slurm(cluster: Cluster, findings: Findings, *, stuck_after: dt.timedelta) -> None:
     now = timezone.now()
     # The portal first, Slurm after: see the module's docstring.
     jobs = list(
@@ -157,9 +172,6 @@ def _slurm_violations(cluster: Cluster, *, stuck_after: dt.timedelta) -> list[Vi
         .filter(Q(state__in=[*IN_SLURM, *WAITING]) | Q(slurm_job_id__isnull=False))
         .values_list("id", "submit_token", "slurm_job_id", "state", "created_at")
     )
-    by_token = {str(token): (job_id, slurm_id, state) for job_id, token, slurm_id, state, _ in jobs}
-    # Only tokens of jobs submitted or refused by this portal are ours to check; the
-    # rest of the portal's jobs are read by token when Slurm shows one.
     accounts = set(Project.objects.values_list("slurm_account", flat=True))
     since = max(cluster.created_at, now - ACCOUNTING_WINDOW)
     client = client_for(cluster)
@@ -167,60 +179,105 @@ def _slurm_violations(cluster: Cluster, *, stuck_after: dt.timedelta) -> list[Vi
         queued = client.queue()
         accounted = client.accounting_since(since)
     except SlurmError as error:
-        return [Violation("slurm-unreachable", f"{cluster.name}: {error}")]
+        findings.violations.append(Violation("slurm-unreachable", f"{cluster.name}: {error}"))
+        return
 
     known: set[int] = set()
-    tokens: dict[str, set[int]] = defaultdict(set)
+    tokens: dict[str, list[QueueEntry | AccountingEntry]] = defaultdict(list)
     entries: list[QueueEntry | AccountingEntry] = [*queued, *accounted]
     for entry in entries:
-        listed_id = entry.array_job_id or entry.job_id
-        known.add(listed_id)
+        known.add(entry.array_job_id or entry.job_id)
+        # Only tokens on the accounts of this portal's projects are ours to check.
         if entry.account in accounts and (token := token_in(entry.comment)) is not None:
-            tokens[token].add(listed_id)
+            tokens[token].append(entry)
 
-    violations = []
     for job_id, _, slurm_id, state, created_at in jobs:
         if state in IN_SLURM and (slurm_id is None or slurm_id not in known):
-            violations.append(
+            findings.violations.append(
                 Violation(
                     "missing-in-slurm",
                     f"job {job_id} is {state} as Slurm job {slurm_id}, which Slurm does not have",
                 )
             )
         elif state in WAITING and now - created_at > stuck_after:
-            violations.append(
+            findings.violations.append(
                 Violation("submission-stuck", f"job {job_id} is {state} since {created_at:%c}")
             )
+    _check_tokens(cluster, tokens, findings)
 
-    unknown = set(tokens) - set(by_token)
-    if unknown:
-        # Finished portal jobs that never got an id (refused, cancelled early) are not in
-        # ``jobs``; look their tokens up rather than read every finished job.
-        for job_id, submit_token, slurm_id, state in Job.objects.filter(
-            cluster=cluster, submit_token__in=unknown
-        ).values_list("id", "submit_token", "slurm_job_id", "state"):
-            by_token[str(submit_token)] = (job_id, slurm_id, state)
-    for token, slurm_ids in sorted(tokens.items()):
-        listed = ", ".join(str(i) for i in sorted(slurm_ids))
-        if len(slurm_ids) > 1:
-            violations.append(
-                Violation("duplicate-in-slurm", f"token {token} is on Slurm jobs {listed}")
-            )
-        portal = by_token.get(token)
-        if portal is None:
-            violations.append(
-                Violation("orphan-in-slurm", f"Slurm job {listed} carries token {token} of no job")
-            )
-            continue
-        job_id, recorded_id, state = portal
-        if recorded_id is None and state in WAITING:
-            continue  # submitted, the id not recorded yet
-        if recorded_id not in slurm_ids:
-            violations.append(
+
+def _check_tokens(
+    cluster: Cluster,
+    tokens: dict[str, list[QueueEntry | AccountingEntry]],
+    findings: Findings,
+) -> None:
+    """Each token Slurm shows against the portal job that has it."""
+    portal = {
+        str(job.submit_token): job
+        for job in Job.objects.filter(cluster=cluster, submit_token__in=tokens)
+        .select_related("owner", "project")
+        .only(
+            "id", "submit_token", "slurm_job_id", "state", "created_at", "submitted_at",
+            "owner__posix_username", "project__slurm_account",
+        )
+    }  # fmt: skip
+    for token, entries in sorted(tokens.items()):
+        job = portal.get(token)
+        if job is None:
+            listed = _listed(entries)
+            findings.warnings.append(
                 Violation(
-                    "orphan-in-slurm",
-                    f"Slurm job {listed} carries the token of job {job_id}, which is {state} "
-                    f"as Slurm job {recorded_id}",
+                    "unknown-token",
+                    f"Slurm job {listed} of {_who(entries)} carries token {token} of no job",
                 )
             )
-    return violations
+            continue
+        posix_user = job.owner.posix_username or ""
+        account = job.project.slurm_account
+        own = [
+            entry
+            for entry in entries
+            if is_submission_of(
+                entry,
+                posix_user=posix_user,
+                account=account,
+                created_at=job.created_at,
+                recorded_at=job.submitted_at if job.slurm_job_id else None,
+            )
+        ]
+        forged = [entry for entry in entries if entry not in own]
+        if forged:
+            findings.warnings.append(
+                Violation(
+                    "forged-token",
+                    f"Slurm job {_listed(forged)} of {_who(forged)} carries the token of job "
+                    f"{job.pk} of {posix_user} under {account}; charged as work outside "
+                    "the portal",
+                )
+            )
+        if not own:
+            continue
+        slurm_ids = {entry.array_job_id or entry.job_id for entry in own}
+        listed = _listed(own)
+        if len(slurm_ids) > 1:
+            findings.violations.append(
+                Violation("duplicate-in-slurm", f"token {token} is on Slurm jobs {listed}")
+            )
+        if job.slurm_job_id is None and job.state in WAITING:
+            continue  # submitted, the id not recorded yet
+        if job.slurm_job_id not in slurm_ids:
+            findings.violations.append(
+                Violation(
+                    "orphan-in-slurm",
+                    f"Slurm job {listed} carries the token of job {job.pk}, which is "
+                    f"{job.state} as Slurm job {job.slurm_job_id}",
+                )
+            )
+
+
+def _listed(entries: list[QueueEntry | AccountingEntry]) -> str:
+    return ", ".join(str(i) for i in sorted({e.array_job_id or e.job_id for e in entries}))
+
+
+def _who(entries: list[QueueEntry | AccountingEntry]) -> str:
+    return ", ".join(sorted({f"{e.user} under {e.account}" for e in entries}))

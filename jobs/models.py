@@ -8,6 +8,7 @@ from django.utils.translation import gettext_lazy as _
 from accounts.models import Project, User
 from clusters.models import Cluster, Partition
 from jobs.states import TERMINAL_STATES, JobState
+from jobs.tokens import comment_for
 
 
 class JobTemplate(models.Model):
@@ -149,7 +150,7 @@ class Job(models.Model):
 
     @property
     def comment(self) -> str:
-        return f"portal:{self.submit_token}"
+        return comment_for(self.submit_token)
 
     @property
     def is_finished(self) -> bool:

@@ -21,6 +21,7 @@ from django.utils.translation import ngettext
 
 from jobs.errors import JobInvalid
 from jobs.paths import describe_character, lexical_path_error
+from jobs.tokens import comment_for
 
 MAX_TIME_MINUTES = 365 * 24 * 60  # even a partition without a limit gets no more than a year
 MAX_ARRAY_TASKS = 10_000
@@ -478,7 +479,7 @@ def render_script(spec: JobSpec) -> str:
         options.append(("array", spec.array))
     if spec.after_ok:
         options.append(("dependency", "afterok:" + ":".join(str(i) for i in spec.after_ok)))
-    options += [("export", "NONE"), ("comment", f"portal:{spec.submit_token}")]
+    options += [("export", "NONE"), ("comment", comment_for(spec.submit_token))]
     for option, value in options:
         if not _DIRECTIVE_VALUE.fullmatch(value):
             raise ValueError(f"render_script: --{option} value {value!r} was not validated")

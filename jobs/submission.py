@@ -25,6 +25,7 @@ from jobs import scripts
 from jobs.models import Job, JobEvent
 from jobs.requests import DEPENDENCY_NEVER_OK, PreparedJob, home_of
 from jobs.states import JobState
+from jobs.tokens import CLOCK_SLACK, comment_for
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ def submit_request(*, spec: scripts.JobSpec, posix_user: str, script: str) -> Su
         environment=_environment(posix_user, spec),
         array=spec.array or None,
         after_ok=spec.after_ok,
-        comment=f"portal:{spec.submit_token}",
+        comment=comment_for(spec.submit_token),
     )
 
 
@@ -251,12 +252,22 @@ def job_submit(*, job_id: int) -> Job | None:
     if job is None:
         return None
     client = client_for(job.cluster)
+    posix_user = job.owner.posix_username
     try:
         if reason := paused(_unreachable_key(job.cluster_id)):
             raise SlurmUnavailable(reason)
+        if not posix_user:
+            raise SlurmRejected(f"{job.owner} has no Unix login any more; ask an administrator.")
         if job.submit_attempts > 1:
-            # An earlier attempt may have reached Slurm: never submit a second copy.
-            found = client.find_by_comment(job.comment)
+            # An earlier attempt may have reached Slurm: never submit a second copy. The
+            # token is anyone's to copy, so only the owner's job under the project's
+            # account, submitted since this one was saved, counts (jobs/tokens.py).
+            found = client.find_by_comment(
+                job.comment,
+                user=posix_user,
+                account=job.project.slurm_account,
+                since=job.created_at - CLOCK_SLACK,
+            )
             if found:
                 logger.info("job %s was already in Slurm as %s", job.pk, found[0])
                 return _record_submitted(job, found[0], rendered_script=job.rendered_script)
@@ -267,9 +278,6 @@ def job_submit(*, job_id: int) -> Job | None:
         after_ok = _after_ok(job)
         spec = spec_of(job, after_ok=after_ok)
         rendered = scripts.render_script(spec) if after_ok else job.rendered_script
-        posix_user = job.owner.posix_username
-        if not posix_user:
-            raise SlurmRejected(f"{job.owner} has no Unix login any more; ask an administrator.")
         slurm_job_id = client.submit(
             submit_request(spec=spec, posix_user=posix_user, script=rendered)
         )

@@ -13,7 +13,6 @@ to the project whose Slurm account they ran under.
 
 import datetime as dt
 import logging
-import uuid
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from clusters.slurm.types import AccountingEntry, QueueEntry
 from jobs import scripts
 from jobs.models import AccountingRecord, ClusterSync, Job, JobEvent
 from jobs.states import SLURM_TO_PORTAL, TERMINAL_STATES, JobState
+from jobs.tokens import is_submission_of, token_in
 
 logger = logging.getLogger(__name__)
 
@@ -181,18 +181,13 @@ _RECORD_FIELDS = [
 ]
 
 
-def token_in(comment: str) -> str | None:
-    """The submit token in a portal job's comment; None for any other comment."""
-    if not comment.startswith("portal:"):
-        return None
-    try:
-        return str(uuid.UUID(comment.removeprefix("portal:")))
-    except ValueError:
-        return None  # someone else's text that merely looks like ours
-
-
 def _portal_jobs(cluster: Cluster, entries: list[AccountingEntry]) -> dict[int, Job]:
-    """The portal job of each record, by the record's own Slurm id."""
+    """The portal job of each record: by the Slurm id the portal recorded, else by the
+    submit token in its comment, for a job whose id was never recorded (its worker died
+    after sbatch). A token binds only a record that can be the job's own submission
+    (``tokens.is_submission_of``); any other is work outside the portal, charged to the
+    account it ran under. When several could be, the lowest Slurm id is the job's, as
+    the submission's own look-up decides."""
     ids = {entry.array_job_id or entry.job_id for entry in entries}
     jobs = {
         job.slurm_job_id: job
@@ -201,22 +196,47 @@ def _portal_jobs(cluster: Cluster, entries: list[AccountingEntry]) -> dict[int, 
         )
     }
     found = {}
-    tokens = {}
+    tokens: dict[str, list[AccountingEntry]] = defaultdict(list)
     for entry in entries:
         job = jobs.get(entry.array_job_id or entry.job_id)
         if job is not None:
             found[entry.job_id] = job
         elif (token := token_in(entry.comment)) is not None:
-            tokens[entry.job_id] = token
-    if tokens:
-        by_token = {
-            str(job.submit_token): job
-            for job in Job.objects.filter(cluster=cluster, submit_token__in=set(tokens.values()))
-        }
-        for slurm_job_id, token in tokens.items():
-            if (job := by_token.get(token)) is not None:
-                found[slurm_job_id] = job
+            tokens[token].append(entry)
+    if not tokens:
+        return found
+    unrecorded = Job.objects.filter(
+        cluster=cluster, submit_token__in=tokens, slurm_job_id__isnull=True
+    ).select_related("owner", "partition", "project")
+    for job in unrecorded:
+        candidates = tokens[str(job.submit_token)]
+        own = [entry for entry in candidates if _is_submission_of(entry, job)]
+        if own:
+            listed_id = min(entry.array_job_id or entry.job_id for entry in own)
+            found.update(
+                (entry.job_id, job)
+                for entry in own
+                if (entry.array_job_id or entry.job_id) == listed_id
+            )
+        for entry in candidates:
+            if entry not in own:
+                logger.warning(
+                    "Slurm job %s:%s of %s under %s carries the token of job %s (%s's): "
+                    "not bound, charged as work outside the portal",
+                    cluster.name, entry.job_id, entry.user, entry.account, job.pk,
+                    job.owner.posix_username,
+                )  # fmt: skip
     return found
+
+
+def _is_submission_of(entry: AccountingEntry, job: Job) -> bool:
+    return is_submission_of(
+        entry,
+        posix_user=job.owner.posix_username or "",
+        account=job.project.slurm_account,
+        created_at=job.created_at,
+        recorded_at=None,  # only jobs without a recorded Slurm id are bound by token
+    )
 
 
 def _upsert(cluster: Cluster, entries: list[AccountingEntry], jobs: dict[int, Job]) -> None:

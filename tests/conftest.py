@@ -18,6 +18,28 @@ REPO = Path(__file__).resolve().parent.parent
 DEV_CLUSTER = "portal-dev"
 
 
+def stack_value(name: str) -> str:
+    """One of the variables ``dev/stack env`` prints (the dev cluster's REST URL, JWT key…)."""
+    output = subprocess.run(
+        [str(REPO / "dev" / "stack"), "env"], capture_output=True, text=True, check=True
+    ).stdout
+    return dict(line.split("=", 1) for line in output.splitlines())[name]
+
+
+def through_slurmrestd(cluster):
+    """The cluster, reached through slurmrestd with JWTs the portal mints. Projects made
+    before the switch have their limits: 22.05's REST API cannot set them."""
+    from clusters.models import Cluster
+
+    Cluster.objects.filter(pk=cluster.pk).update(
+        backend=Cluster.Backend.REST,
+        rest_url=stack_value("SLURM_REST_URL"),
+        jwt_key_file=stack_value("SLURM_JWT_KEY_FILE"),
+    )
+    cluster.refresh_from_db()
+    return cluster
+
+
 @pytest.fixture(scope="session")
 def slurm_stack():
     """The dev Slurm cluster must be up: `make test` starts it, so say how when it is not."""

@@ -83,3 +83,17 @@ def run_to_the_end(job, *, timeout_s: float = 120):
 
     wait_for(charged, timeout_s=timeout_s, interval_s=0.3, what=f"job {job.pk} to be charged")
     return job
+
+
+def slurm_ids_of(job, *, client=None) -> list[int]:
+    """The Slurm ids of the job's own submissions (its owner, its account, since it was
+    saved), looked up as a submission's retry looks them up."""
+    from clusters.slurm import client_for
+    from jobs.tokens import CLOCK_SLACK
+
+    return (client or client_for(job.cluster)).find_by_comment(
+        job.comment,
+        user=job.owner.posix_username,
+        account=job.project.slurm_account,
+        since=job.created_at - CLOCK_SLACK,
+    )

@@ -43,9 +43,6 @@ from clusters.slurm.types import (
     SubmitRequest,
 )
 
-# How far back find_by_comment looks in accounting for a job that already ended.
-_FIND_WINDOW = dt.timedelta(days=14)
-
 
 def slurm_environment() -> dict[str, str]:
     """A minimal environment for Slurm commands: nothing of the worker's leaks in.
@@ -165,25 +162,43 @@ class CliClient:
         # --parsable prints "<id>" or "<id>;<cluster>".
         return int(result.stdout.strip().split(";")[0])
 
-    def find_by_comment(self, comment: str) -> list[int]:
+    def find_by_comment(
+        self, comment: str, *, user: str, account: str, since: dt.datetime
+    ) -> list[int]:
         # An array's tasks share its comment; the array's own id is what submit returned.
-        def ids(entries: list) -> list[int]:
-            found = (e.array_job_id or e.job_id for e in entries if e.comment == comment)
-            return list(dict.fromkeys(found))
+        def ids(entries: list[QueueEntry] | list[AccountingEntry]) -> list[int]:
+            return sorted(
+                {
+                    e.array_job_id or e.job_id
+                    for e in entries
+                    if e.comment == comment and e.user == user and e.account == account
+                }
+            )
 
-        queued = ids(self.queue())
+        mine = [f"--user={user}", f"--account={account}"]
+        queued = ids(self._queue(*mine))
         if queued:
             return queued
-        return ids(self.accounting_since(dt.datetime.now(dt.UTC) - _FIND_WINDOW))
+        return ids(self._accounting(since, f"--user={user}", f"--accounts={account}"))
 
     def queue(self) -> list[QueueEntry]:
-        result = self._run(["squeue", "--noheader", "--all", "--states=all", "-o", SQUEUE_FORMAT])
+        return self._queue()
+
+    def _queue(self, *selection: str) -> list[QueueEntry]:
+        result = self._run(
+            ["squeue", "--noheader", "--all", "--states=all", *selection, "-o", SQUEUE_FORMAT]
+        )
         return parse_squeue(result.stdout)
 
     def accounting_since(self, since: dt.datetime) -> list[AccountingEntry]:
+        return self._accounting(since, "--allusers")
+
+    def _accounting(self, since: dt.datetime, *selection: str) -> list[AccountingEntry]:
+        # sacct refuses a start after its end ("now"); Slurm's clock may be behind ours.
+        since = min(since, dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1))
         start = since.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
         result = self._run(
-            ["sacct", "--allusers", "--allocations", "--noheader", "--parsable2",
+            ["sacct", *selection, "--allocations", "--noheader", "--parsable2",
              f"--delimiter={FIELD_SEPARATOR}", f"--starttime={start}", "--endtime=now",
              f"--format={SACCT_FORMAT}"]
         )  # fmt: skip

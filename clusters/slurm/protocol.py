@@ -28,10 +28,16 @@ class SlurmClient(Protocol):
     def submit(self, request: SubmitRequest) -> int:
         """Queue the batch job as ``request.user``; return its Slurm job id."""
 
-    def find_by_comment(self, comment: str) -> list[int]:
-        """Ids of the jobs whose comment is exactly ``comment``.
+    def find_by_comment(
+        self, comment: str, *, user: str, account: str, since: dt.datetime
+    ) -> list[int]:
+        """Ids, lowest first, of the jobs ``user`` submitted under ``account`` since
+        ``since`` whose comment is exactly ``comment``.
 
-        The queue is asked first, then accounting (for a job that already ended).
+        The queue is asked first, then accounting (for a job that already ended). A
+        comment is anyone's to write, so the user and account must match too; and
+        accounting is read for that user and account since ``since`` only, so the
+        look-up costs the same however long the cluster's history is.
         """
 
     def queue(self) -> list[QueueEntry]:

@@ -44,8 +44,6 @@ from clusters.slurm.types import (
     SubmitRequest,
 )
 
-# How far back find_by_comment looks in accounting, as the cli backend does.
-_FIND_WINDOW = dt.timedelta(days=14)
 # Added to the accounting window: it is counted on slurmrestd's clock, not ours.
 _WINDOW_SLACK_S = 10
 # Taken off our clock before it becomes the next ?update_time=, against a
@@ -226,18 +224,26 @@ class RestClient:
             raise SlurmUnavailable(f"slurmrestd answered HTTP {status} without a job id ({path})")
         return job_id
 
-    def find_by_comment(self, comment: str) -> list[int]:
+    def find_by_comment(
+        self, comment: str, *, user: str, account: str, since: dt.datetime
+    ) -> list[int]:
         def ids(entries: list[QueueEntry] | list[AccountingEntry]) -> list[int]:
             # Each task of an array carries the comment; the array's id is what submit returned.
-            return sorted({e.array_job_id or e.job_id for e in entries if e.comment == comment})
+            return sorted(
+                {
+                    e.array_job_id or e.job_id
+                    for e in entries
+                    if e.comment == comment and e.user == user and e.account == account
+                }
+            )
 
         queued = ids(self.queue())
         if queued:
             return queued
-        # The accounting API cannot filter on a comment; jobs submitted in the
-        # window are the fewest that can hold the one we look for.
-        window = self._seconds_since(dt.datetime.now(dt.UTC) - _FIND_WINDOW)
-        return ids(self._accounting({"submit_time": window}))
+        # The accounting API filters on neither the comment nor (before v0.0.40) the
+        # user: the account's jobs submitted since ``since`` are the fewest it can send.
+        window = {"account": account, "submit_time": self._seconds_since(since)}
+        return ids(self._accounting(window))
 
     def queue(self) -> list[QueueEntry]:
         params = None

@@ -19,17 +19,13 @@ from clusters.slurm import NotFound, SlurmRejected, SlurmUnavailable, client_for
 from clusters.slurm.rest import RestClient
 from clusters.slurm.states import SlurmJobState
 from clusters.slurm.types import SubmitRequest
-from tests.conftest import DEV_CLUSTER, REPO
+from tests.conftest import DEV_CLUSTER, REPO, stack_value
 
 pytestmark = pytest.mark.slurm
 STACK = str(REPO / "dev" / "stack")
 USER = "alice"
+FORGER = "bob"
 ACCOUNT = "contract"
-
-
-def stack_value(name: str) -> str:
-    output = subprocess.run([STACK, "env"], capture_output=True, text=True, check=True).stdout
-    return dict(line.split("=", 1) for line in output.splitlines())[name]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -151,19 +147,61 @@ def test_a_job_sees_only_the_environment_it_was_given(client, monkeypatch):
     assert "SLURM_JOB_PARTITION=debug" in env
 
 
+def found(client, request: SubmitRequest, *, since: dt.datetime | None = None) -> list[int]:
+    """What a submission's retry would find of ``request`` (its own user and account)."""
+    since = since or dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+    return client.find_by_comment(
+        request.comment, user=request.user, account=request.account, since=since
+    )
+
+
 def test_a_job_whose_id_was_lost_is_found_by_its_token(client):
     request = job(script="#!/bin/bash\nsleep 20\n")
     job_id = client.submit(request)  # pretend the worker died before recording this id
-    assert client.find_by_comment(request.comment) == [job_id]
+    assert found(client, request) == [job_id]
     client.cancel(job_id, user=USER)
-    assert client.find_by_comment(f"portal:{uuid.uuid4()}") == []
+    assert found(client, replace(request, comment=f"portal:{uuid.uuid4()}")) == []
 
 
 def test_a_job_that_left_the_queue_is_found_in_accounting(client):
     request = job(script="#!/bin/bash\ntrue\n")
+    submitted = time.monotonic()
     job_id = client.submit(request)
     wait_for("the job to leave the queue", lambda: queued(client, job_id) is None, 60)
-    assert client.find_by_comment(request.comment) == [job_id]
+    assert found(client, request) == [job_id]
+    # Accounting is read from ``since`` on (less the rest adapter's 10 s of slack for
+    # slurmrestd's clock): a job submitted and ended before it is not looked at.
+    time.sleep(max(0.0, submitted + 13 - time.monotonic()))
+    assert found(client, request, since=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)) == []
+    # Nor is anything when ``since`` is still to come on Slurm's clock.
+    assert found(client, request, since=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)) == []
+
+
+@pytest.fixture
+def forger():
+    """bob, with an association in the contract account: he may run jobs there too."""
+    subprocess.run(
+        ["sacctmgr", "-i", "add", "user", FORGER, f"account={ACCOUNT}", f"cluster={DEV_CLUSTER}"],
+        capture_output=True, check=False,
+    )  # fmt: skip
+    yield FORGER
+    subprocess.run(["scancel", f"--user={FORGER}"], capture_output=True, check=False)
+
+
+def test_a_token_copied_onto_another_users_job_is_not_found(client, forger):
+    request = job(script="#!/bin/bash\nsleep 20\n")
+    home = pwd.getpwnam(forger).pw_dir
+    forged = client.submit(
+        replace(request, user=forger, working_directory=home,
+                stdout_path=f"{home}/forged-%j.out", stderr_path=f"{home}/forged-%j.err")
+    )  # fmt: skip
+    assert found(client, request) == []  # queued: the queue is read
+    client.cancel(forged, user=forger)
+    accounted(client, forged)
+    assert found(client, request) == []  # ended: accounting is read
+    own = client.submit(request)
+    assert found(client, request) == [own]
+    client.cancel(own, user=USER)
 
 
 def test_cancel_ends_a_job_and_is_safe_to_repeat(client):
@@ -235,7 +273,7 @@ def test_an_estimate_submits_nothing(client):
     estimate = client.estimate_start(request)
     if estimate.starts_at is not None:
         assert estimate.starts_at < dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
-    assert client.find_by_comment(request.comment) == []
+    assert found(client, request) == []
 
 
 def test_accounts_and_associations_are_ensured_once(client):

@@ -5,11 +5,13 @@ changes nothing when it is already up) and need root, like the stack does.
 """
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
 import pwd
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -203,3 +205,37 @@ def test_a_stopped_daemon_starts_again_and_the_others_keep_running(component):
     assert {k: v for k, v in after.items() if k != component} == {
         k: v for k, v in before.items() if k != component
     }
+
+
+def test_slurmrestd_restarted_under_load_is_gone_with_its_port_when_stop_returns(stack_env):
+    """Requests in flight while slurmrestd stops: stop returns only when no thread of it
+    is left and its port is free, so a start straight after always binds the port."""
+    url = stack_env["SLURM_REST_URL"] + "/openapi/v3"
+    port = url.rsplit(":", 1)[1].split("/")[0]
+    stop_hammering = threading.Event()
+
+    def hammer():
+        while not stop_hammering.is_set():
+            # 401 without a token; refused while it is down.
+            with contextlib.suppress(urllib.error.URLError, OSError):
+                urllib.request.urlopen(url, timeout=2).read()
+
+    threads = [threading.Thread(target=hammer, daemon=True) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in range(3):
+            stopped = stack("stop", "slurmrestd")
+            assert stopped.returncode == 0, stopped.stderr
+            listening = run("ss", "-Hltn", f"sport = :{port}").stdout.strip()
+            assert listening == "", f"port {port} still taken after stop: {listening}"
+            # A dead daemon may linger as a zombie until it is reaped: one thread, state Z.
+            left = run("ps", "-o", "nlwp=,stat=", "-C", "slurmrestd").stdout.split("\n")
+            assert all(line.split()[:1] == ["1"] and "Z" in line for line in left if line.strip())
+            started = stack("start", "slurmrestd")
+            assert started.returncode == 0, started.stderr
+    finally:
+        stop_hammering.set()
+        for thread in threads:
+            thread.join(timeout=5)
+        stack("start", "slurmrestd")

@@ -74,7 +74,7 @@ def check(account: str) -> dict:
             seen.setdefault(entry.comment, set()).add(entry.array_job_id or entry.job_id)
     jobs = {job.comment: job.slurm_job_id for job in Job.objects.all()}
     return {
-        "violations": [str(v) for v in invariants_check(cluster=cluster)],
+        "violations": [str(v) for v in invariants_check(cluster=cluster).violations],
         "states": sorted(Job.objects.values_list("state", flat=True)),
         "in_slurm": {comment: sorted(ids) for comment, ids in seen.items()},
         "portal": jobs,

@@ -12,7 +12,7 @@ from django.db.models import Count
 from accounts.ledger import allocation_adjust
 from accounts.models import Allocation, LedgerEntry, Notification
 from accounts.notifications import notifications_send
-from jobs.invariants import invariants_check
+from jobs.invariants import Findings, invariants_check
 from jobs.models import Job, JobEvent
 from jobs.services import job_create
 from jobs.states import JobState
@@ -93,4 +93,4 @@ def test_two_beats_at_once_have_no_double_effect(make_project, dev_cluster, alic
         [Notification.Kind.USAGE_80, Notification.Kind.USAGE_100]
     )
     assert [message.to for message in mail.outbox] == [["alice@example.org"]]
-    assert invariants_check(cluster=dev_cluster) == []
+    assert invariants_check(cluster=dev_cluster) == Findings()

@@ -8,7 +8,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from jobs.invariants import invariants_check
+from jobs.invariants import Findings, invariants_check
 from jobs.models import Job
 from jobs.states import JobState
 from tests.conftest import running_worker
@@ -48,4 +48,4 @@ def test_the_worker_and_beat_reconnect_and_the_sweeper_finishes_the_work(
 
     assert Job.objects.filter(pk__in=ids, state=JobState.COMPLETED).count() == len(ids)
     assert_in_slurm_once_each(dev_cluster, project, ids)
-    assert invariants_check(cluster=dev_cluster) == []
+    assert invariants_check(cluster=dev_cluster) == Findings()

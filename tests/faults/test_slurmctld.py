@@ -4,7 +4,7 @@ is down before the jobs are created)."""
 
 import pytest
 
-from jobs.invariants import invariants_check
+from jobs.invariants import Findings, invariants_check
 from jobs.models import Job
 from jobs.states import JobState
 from tests.conftest import running_worker
@@ -44,4 +44,4 @@ def test_a_burst_cut_by_slurmctld_stopping_reaches_slurm_once_each(
     assert not Job.objects.filter(pk__in=ids, state=JobState.SUBMIT_FAILED).exists()
     assert Job.objects.filter(pk__in=ids, state=JobState.COMPLETED).count() == len(ids)
     assert_in_slurm_once_each(dev_cluster, project, ids)
-    assert invariants_check(cluster=dev_cluster) == []
+    assert invariants_check(cluster=dev_cluster) == Findings()

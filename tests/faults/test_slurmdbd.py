@@ -7,7 +7,7 @@ from django.db.models import Count
 
 from accounts.models import Allocation, LedgerEntry
 from clusters.slurm import client_for
-from jobs.invariants import invariants_check
+from jobs.invariants import Findings, invariants_check
 from jobs.models import AccountingRecord, Job, JobEvent
 from jobs.services import job_create
 from jobs.states import JobState, portal_state
@@ -87,4 +87,4 @@ def test_accounting_lags_while_slurmdbd_is_down_and_catches_up_exactly(
         .filter(n__gt=1)
         .exists()
     ), "no state is recorded twice for a job"
-    assert invariants_check(cluster=dev_cluster) == []
+    assert invariants_check(cluster=dev_cluster) == Findings()

@@ -3,40 +3,29 @@ unreachable (the adapter's typed error, /healthz, the estimate), and a submissio
 through it is never half-done: it waits with its hold, nothing reaches Slurm, and it
 goes through once slurmrestd is back."""
 
-import subprocess
+import time
 
 import pytest
 
 from accounts.models import Allocation, LedgerEntry
 from clusters.models import Cluster
 from clusters.slurm import SlurmUnavailable, client_for
-from jobs.invariants import invariants_check
+from jobs.invariants import Findings, invariants_check
 from jobs.models import Job
 from jobs.services import job_create, job_estimate
 from jobs.states import JobState
-from tests.conftest import REPO, running_worker
-from tests.factories import wait_for
-from tests.faults.support import assert_in_slurm_once_each, quick_job, settle, stack
+from tests.conftest import running_worker, through_slurmrestd
+from tests.factories import slurm_ids_of, wait_for
+from tests.faults.support import (
+    Burst,
+    assert_in_slurm_once_each,
+    quick_job,
+    settle,
+    stack,
+    submitted,
+)
 
 pytestmark = [pytest.mark.fault, pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
-
-
-def stack_value(name: str) -> str:
-    output = subprocess.run(
-        [str(REPO / "dev" / "stack"), "env"], capture_output=True, text=True, check=True
-    ).stdout
-    return dict(line.split("=", 1) for line in output.splitlines())[name]
-
-
-def through_slurmrestd(cluster: Cluster) -> Cluster:
-    """The cluster, reached through slurmrestd with JWTs the portal mints."""
-    Cluster.objects.filter(pk=cluster.pk).update(
-        backend=Cluster.Backend.REST,
-        rest_url=stack_value("SLURM_REST_URL"),
-        jwt_key_file=stack_value("SLURM_JWT_KEY_FILE"),
-    )
-    cluster.refresh_from_db()
-    return cluster
 
 
 def test_a_cluster_whose_slurmrestd_is_down_is_unavailable_and_submits_once_it_returns(
@@ -68,7 +57,7 @@ def test_a_cluster_whose_slurmrestd_is_down_is_unavailable_and_submits_once_it_r
             job.refresh_from_db()
             assert job.state in (JobState.NEW, JobState.SUBMITTING)
             assert job.slurm_job_id is None
-            assert cli.find_by_comment(job.comment) == []
+            assert slurm_ids_of(job, client=cli) == []
             allocation.refresh_from_db()
             assert allocation.held_gpu_seconds == job.requested_gpu_seconds
             assert not LedgerEntry.objects.filter(kind="release", reference=job.hold_reference)
@@ -80,7 +69,41 @@ def test_a_cluster_whose_slurmrestd_is_down_is_unavailable_and_submits_once_it_r
     job.refresh_from_db()
     assert job.state == JobState.COMPLETED
     assert job.submit_attempts >= 2
-    assert cli.find_by_comment(job.comment) == [job.slurm_job_id]
+    assert slurm_ids_of(job, client=cli) == [job.slurm_job_id]
     assert_in_slurm_once_each(rest_cluster, project, [job.pk])
     assert LedgerEntry.objects.filter(kind="release", reference=job.hold_reference).count() == 1
-    assert invariants_check(cluster=rest_cluster) == []
+    assert invariants_check(cluster=rest_cluster) == Findings()
+
+
+def test_slurmrestd_restarted_under_a_burst_submits_every_job_once_within_a_minute(
+    make_project, dev_cluster, alice, workdir
+):
+    """40 submissions through slurmrestd, which is stopped and started again in the middle:
+    every job reaches Slurm exactly once, within a minute of slurmrestd's return, and
+    the retries' token look-ups (the owner's jobs since each was saved) keep it free
+    to answer everything else."""
+    project = make_project(members={alice: "pi"}, gpu_hours=100)
+    rest_cluster = through_slurmrestd(dev_cluster)
+    with running_worker(beat=True, PORTAL_JOB_SUBMIT_CLAIM_S="20"):
+        with Burst(user=alice, project=project, workdir=workdir, count=40, every_s=0.1) as burst:
+            wait_for(lambda: submitted(burst.ids) >= 5, timeout_s=60, what="the first submissions")
+            stack("stop", "slurmrestd")
+            try:
+                time.sleep(3)  # the burst goes on while it is down
+            finally:
+                stack("start", "slurmrestd")
+            back = time.monotonic()
+        ids = burst.ids
+        assert len(ids) == 40
+        wait_for(
+            lambda: submitted(ids) == len(ids),
+            timeout_s=60,
+            interval_s=0.5,
+            what="every job to reach Slurm within a minute of slurmrestd's return",
+        )
+        print(f"all 40 in Slurm {time.monotonic() - back:.1f} s after slurmrestd returned")
+        settle(ids, timeout_s=120)
+    assert Job.objects.filter(pk__in=ids, state=JobState.COMPLETED).count() == len(ids)
+    assert Job.objects.filter(pk__in=ids, submit_attempts__gt=1).exists()
+    assert_in_slurm_once_each(rest_cluster, project, ids)
+    assert invariants_check(cluster=rest_cluster) == Findings()

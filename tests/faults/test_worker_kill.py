@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 
 from accounts.models import Allocation, LedgerEntry
-from jobs.invariants import invariants_check
+from jobs.invariants import Findings, invariants_check
 from jobs.models import AccountingRecord
 from jobs.services import job_create
 from tests.conftest import running_worker
@@ -86,4 +86,4 @@ def test_a_worker_killed_mid_ingest_and_mid_burst_loses_nothing_and_does_nothing
         assert LedgerEntry.objects.filter(allocation=allocation, kind="release").count() == count
         assert allocation.held_gpu_seconds == 0
     assert_in_slurm_once_each(dev_cluster, second, [*ids[3:], *burst_ids])
-    assert invariants_check(cluster=dev_cluster) == []
+    assert invariants_check(cluster=dev_cluster) == Findings()

@@ -19,7 +19,7 @@ from jobs.submission import (
     submit_request,
 )
 from jobs.sync import queue_sync
-from tests.factories import request_for, wait_for
+from tests.factories import request_for, slurm_ids_of, wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -37,10 +37,10 @@ def test_a_first_attempt_submits_once_and_records_the_slurm_id(project, alice, w
     assert job.slurm_job_id is not None and job.submitted_at is not None
     assert [e.state for e in job.events.all()] == ["new", "submitting", "pending"]
     client = client_for(job.cluster)
-    assert client.find_by_comment(job.comment) == [job.slurm_job_id]
+    assert slurm_ids_of(job, client=client) == [job.slurm_job_id]
     # A second delivery of the same task finds nothing to do.
     assert job_submit(job_id=job.pk) is None
-    assert client.find_by_comment(job.comment) == [job.slurm_job_id]
+    assert slurm_ids_of(job, client=client) == [job.slurm_job_id]
     job.refresh_from_db()
     assert job.submit_attempts == 1
 
@@ -63,7 +63,7 @@ def test_a_retry_after_sbatch_reached_slurm_records_that_job_instead_of_submitti
     job.refresh_from_db()
     assert job.slurm_job_id == earlier
     assert job.state == JobState.PENDING
-    assert client.find_by_comment(job.comment) == [earlier]
+    assert slurm_ids_of(job, client=client) == [earlier]
 
 
 def test_a_job_claimed_by_a_live_attempt_is_left_alone(project, alice, workdir):
@@ -76,7 +76,7 @@ def test_a_job_claimed_by_a_live_attempt_is_left_alone(project, alice, workdir):
     with pytest.raises(ClaimedElsewhere) as claimed:
         job_submit(job_id=job.pk)
     assert 25 < claimed.value.retry_in_s <= 31
-    assert client_for(job.cluster).find_by_comment(job.comment) == []
+    assert slurm_ids_of(job) == []
 
 
 def test_slurms_refusal_is_final_keeps_its_message_and_releases_the_hold(
@@ -118,7 +118,7 @@ def test_a_job_cancelled_before_a_worker_took_it_never_reaches_slurm(project, al
     assert job.state == JobState.CANCELLED
     assert project_balance(project).held_gpu_seconds == 0
     assert job_submit(job_id=job.pk) is None
-    assert client_for(job.cluster).find_by_comment(job.comment) == []
+    assert slurm_ids_of(job) == []
 
 
 def test_cancelling_a_queued_job_scancels_it_and_the_sync_sees_it(

@@ -9,7 +9,8 @@ from jobs.invariants import STUCK_AFTER, invariants_check
 class Command(BaseCommand):
     help = (
         "Check the ledger, the portal's jobs and Slurm against each other; print every "
-        "violation and exit 1 if there is one, 0 if there is none."
+        "violation and warning, and exit 1 if there is a violation, 0 if there is none "
+        "(warnings, such as a token copied onto someone else's job, do not fail it)."
     )
 
     def add_arguments(self, parser):
@@ -27,11 +28,13 @@ class Command(BaseCommand):
             selected = clusters_enabled().filter(name=cluster).first()
             if selected is None:
                 raise CommandError(f"No enabled cluster is named {cluster!r}.")
-        violations = invariants_check(
+        findings = invariants_check(
             cluster=selected, stuck_after=dt.timedelta(seconds=stuck_after_s)
         )
-        for violation in violations:
+        for warning in findings.warnings:
+            self.stdout.write(f"warning: {warning}")
+        for violation in findings.violations:
             self.stdout.write(str(violation))
-        if violations:
-            raise CommandError(f"{len(violations)} invariant violation(s).")
+        if findings.violations:
+            raise CommandError(f"{len(findings.violations)} invariant violation(s).")
         self.stdout.write("No invariant violations.")
