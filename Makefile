@@ -3,6 +3,8 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
+# The portal's defaults are production's; everything here runs on the local dev stack.
+export PORTAL_ENV ?= dev
 
 .PHONY: up down status test lint format stack messages compilemessages load
 
@@ -13,7 +15,6 @@ MAKEMESSAGES := manage.py makemessages -l ja --ignore=.venv --ignore=bench --ign
 
 # Bring up everything: database, broker, Slurm, migrations, demo data, web, worker, beat.
 up: $(INSTALLED) stack
-	$(PY) dev/create_database.py
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 	$(PY) manage.py compilemessages --ignore=.venv --verbosity 0

@@ -85,9 +85,10 @@ def login_lockout(*, username: str, address: str) -> Lockout | None:
     except RedisError as error:
         logger.warning("log-in throttle off: the cache does not answer (%s)", error)
         return None
-    now = timezone.now()
-    ends = [until for until in locks.values() if until > now]
-    return Lockout(until=max(ends)) if ends else None
+    now = timezone.now().timestamp()
+    # A lock's end is kept as epoch seconds: the cache holds JSON, not datetimes.
+    ends = [until for until in locks.values() if isinstance(until, int | float) and until > now]
+    return Lockout(until=dt.datetime.fromtimestamp(max(ends), dt.UTC)) if ends else None
 
 
 def login_failed(*, username: str, address: str) -> Lockout | None:
@@ -107,7 +108,7 @@ def login_failed(*, username: str, address: str) -> Lockout | None:
             if failures >= limit:
                 until = timezone.now() + dt.timedelta(seconds=window)
                 # add(): the first lockout's end stands, a later failure cannot extend it.
-                cache.add(f"login:lock:{key}", until, timeout=window)
+                cache.add(f"login:lock:{key}", until.timestamp(), timeout=window)
                 started = Lockout(until=until)
     except RedisError as error:
         logger.warning("log-in throttle off: the cache does not answer (%s)", error)

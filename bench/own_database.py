@@ -11,7 +11,9 @@ from collections.abc import Callable
 
 import psycopg
 
-ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+# The portal's own role (it may create databases, it is no superuser); its password
+# is dev/stack's, which the settings find in dev mode.
+ROLE = "portal"
 
 # Every column of jobs_job, in the order the benchmarks' INSERT … SELECT fills them.
 JOB_COLUMNS = """
@@ -27,17 +29,25 @@ JOB_COLUMNS = """
 
 
 def url(name: str) -> str:
-    return f"postgresql://postgres@127.0.0.1:5432/{name}"
+    return f"postgresql://{ROLE}@127.0.0.1:5432/{name}"
 
 
 def use(name: str) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    os.environ.setdefault("PORTAL_ENV", "dev")  # benchmarks run on the dev stack
     os.environ["PORTAL_DATABASE_URL"] = url(name)
     os.environ["PORTAL_DEBUG"] = "false"
 
 
 def admin(sql: str) -> None:
-    with psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
+    from django.conf import settings
+
+    with psycopg.connect(
+        url("postgres"),
+        password=settings.DATABASE_PASSWORD,
+        autocommit=True,
+        connect_timeout=5,
+    ) as conn:
         conn.execute(sql)
 
 

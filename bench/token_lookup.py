@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+os.environ.setdefault("PORTAL_ENV", "dev")  # benchmarks run on the dev stack
 
 import django
 
@@ -65,7 +66,8 @@ def clients() -> dict[str, SlurmClient]:
 def accounted(name: str, user: str) -> int:
     """Records of the user's jobs of that name in accounting (ended ones only)."""
     output = slurm("sacct", f"--user={user}", "-X", "-n", "-P", f"--name={name}",
-                   "--starttime=now-30days", "--state=CA,CD,F", "-o", "JobID").stdout  # fmt: skip
+                   "--starttime=now-30days", "--endtime=now", "--state=CA,CD,F",
+                   "-o", "JobID").stdout  # fmt: skip
     return len(output.splitlines())
 
 

@@ -43,6 +43,50 @@ def check_database(app_configs, databases=None, **kwargs):
                     id="portal.E002",
                 )
             )
+            continue
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+            row = cursor.fetchone()
+        if row and row[0]:
+            errors.append(
+                Error(
+                    f"The portal connects to PostgreSQL as the superuser "
+                    f"{connection.settings_dict['USER']!r}.",
+                    hint="Give it a role of its own that owns the portal's database and is no "
+                    "superuser (CREATE ROLE portal LOGIN PASSWORD '…'; "
+                    "ALTER DATABASE portal OWNER TO portal).",
+                    id="portal.E005",
+                )
+            )
+    return errors
+
+
+@register()
+def check_secrets(app_configs, **kwargs):
+    """In production every service the portal uses is reached with a password: code
+    inside a job may run on a host that reaches them (docs/DEPLOYMENT.md)."""
+    if not settings.IS_PRODUCTION:
+        return []
+    errors: list[CheckMessage] = []
+    if not settings.DATABASES["default"]["PASSWORD"]:
+        errors.append(
+            Error(
+                "PostgreSQL is reached without a password.",
+                hint="Set PORTAL_DATABASE_PASSWORD_FILE (or PORTAL_DATABASE_PASSWORD) to the "
+                "password of the portal's own role, and make the server require it.",
+                id="portal.E003",
+            )
+        )
+    for name, url in (("broker", settings.CELERY_BROKER_URL), ("cache", settings.CACHE_URL)):
+        if not urlsplit(url).password and not settings.REDIS_PASSWORD:
+            errors.append(
+                Error(
+                    f"Redis ({name}) is reached without a password.",
+                    hint="Set PORTAL_REDIS_PASSWORD_FILE (or PORTAL_REDIS_PASSWORD) and give "
+                    "Redis the same password (requirepass, or an ACL user).",
+                    id="portal.E004",
+                )
+            )
     return errors
 
 

@@ -1,14 +1,18 @@
 """The portal's only settings module: every value comes from the environment.
 
-Defaults point at the local stack that ``dev/stack`` starts (PostgreSQL and
-Redis on 127.0.0.1), so a developer machine needs no configuration at all.
-In production set ``PORTAL_ENV=production`` and at least ``PORTAL_SECRET_KEY``
-(or ``PORTAL_SECRET_KEY_FILE``) and ``PORTAL_ALLOWED_HOSTS``.
-The README lists every variable.
+Production is the default: debug off, a secret key required, secure cookies.
+Development is asked for with ``PORTAL_ENV=dev`` (``make``, ``dev/portal`` and the
+tests do): it then points at the local stack that ``dev/stack`` starts (PostgreSQL
+and Redis on 127.0.0.1, their passwords in the stack's secrets folder) and serves
+loopback addresses only. In production set at least ``PORTAL_SECRET_KEY``,
+``PORTAL_ALLOWED_HOSTS``, ``PORTAL_DATABASE_PASSWORD`` and ``PORTAL_REDIS_PASSWORD``
+(each also as ``…_FILE``). The README lists every variable.
 """
 
+import ipaddress
 import re
 from pathlib import Path
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
@@ -24,18 +28,79 @@ from portal.env import (
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-PORTAL_ENV = env_str("PORTAL_ENV", "dev")
+PORTAL_ENV = env_str("PORTAL_ENV", "production")
 if PORTAL_ENV not in {"dev", "production"}:
     raise ImproperlyConfigured(f"PORTAL_ENV={PORTAL_ENV!r} must be 'dev' or 'production'.")
 IS_PRODUCTION = PORTAL_ENV == "production"
 
 DEBUG = env_bool("PORTAL_DEBUG", not IS_PRODUCTION)
-# The dev key is public on purpose: it only ever signs sessions on a laptop.
-SECRET_KEY = env_str("PORTAL_SECRET_KEY", "dev-only-insecure-key" if not IS_PRODUCTION else None)
+# The dev key is public on purpose: it only ever signs sessions on a laptop, and
+# production refuses it.
+DEV_SECRET_KEY = "dev-only-insecure-key"  # noqa: S105 - public on purpose, refused below
+SECRET_KEY = env_str("PORTAL_SECRET_KEY", DEV_SECRET_KEY if not IS_PRODUCTION else None)
 if SECRET_KEY is None:
     raise ImproperlyConfigured("PORTAL_SECRET_KEY (or PORTAL_SECRET_KEY_FILE) is required.")
+if IS_PRODUCTION and SECRET_KEY == DEV_SECRET_KEY:
+    raise ImproperlyConfigured(
+        "PORTAL_SECRET_KEY is the public development key; set a secret one of your own, "
+        "e.g. from: python -c 'import secrets; print(secrets.token_urlsafe(50))'."
+    )
 ALLOWED_HOSTS = env_list("PORTAL_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("PORTAL_CSRF_TRUSTED_ORIGINS", [])
+
+
+def _is_loopback(host: str) -> bool:
+    name = host.strip().removeprefix("[").removesuffix("]").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+# Dev mode runs with DEBUG and a public key: it must not be reachable from elsewhere.
+if not IS_PRODUCTION:
+    for _name, _hosts in (
+        ("PORTAL_ALLOWED_HOSTS", ALLOWED_HOSTS),
+        ("PORTAL_HTTP_HOST", [env_str("PORTAL_HTTP_HOST", "127.0.0.1")]),
+    ):
+        _public = [host for host in _hosts if not _is_loopback(host)]
+        if _public:
+            raise ImproperlyConfigured(
+                f"{_name} names {', '.join(_public)}, which is not a loopback address; "
+                "PORTAL_ENV=dev serves this machine only (debug on, a public key). "
+                "Use PORTAL_ENV=production to serve others."
+            )
+
+# Dev mode finds the local stack's passwords where dev/stack keeps them.
+STACK_DIR = Path(env_str("PORTAL_STACK_DIR", "/var/lib/slurm-gpu-portal"))
+
+
+def _secret(name: str, *, dev_file: str) -> str:
+    """A password from ``name`` (or ``name``_FILE); in dev mode, by default, the one
+    dev/stack made. Empty when there is none (``portal.E003`` says so in production)."""
+    value = env_str(name, "")
+    if value or IS_PRODUCTION:
+        return value
+    try:
+        return (STACK_DIR / "secrets" / dev_file).read_text().strip()
+    except OSError:
+        return ""  # not made yet (dev/stack start makes it); connecting will say so
+
+
+def _with_password(url: str, password: str) -> str:
+    """``url`` with ``password`` in it, unless it carries one of its own."""
+    parts = urlsplit(url)
+    if not password or parts.password:
+        return url
+    user = quote(parts.username or "", safe="")
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}:{quote(password, safe='')}@{host}"))
+
+
+DATABASE_PASSWORD = _secret("PORTAL_DATABASE_PASSWORD", dev_file="portal-db")
+REDIS_PASSWORD = _secret("PORTAL_REDIS_PASSWORD", dev_file="redis")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -92,12 +157,12 @@ TEMPLATES = [
 
 DATABASE_URL = env_url(
     "PORTAL_DATABASE_URL",
-    "postgresql://postgres@127.0.0.1:5432/portal",
+    "postgresql://portal@127.0.0.1:5432/portal",
     schemes=("postgresql", "postgres"),
 )
 DATABASES = {
     "default": {
-        **database_from_url("PORTAL_DATABASE_URL", DATABASE_URL),
+        **database_from_url("PORTAL_DATABASE_URL", _with_password(DATABASE_URL, DATABASE_PASSWORD)),
         "CONN_MAX_AGE": env_int("PORTAL_DATABASE_CONN_MAX_AGE_S", 60, minimum=0),
         "CONN_HEALTH_CHECKS": True,
         "OPTIONS": {"connect_timeout": env_int("PORTAL_DATABASE_CONNECT_TIMEOUT_S", 5, minimum=1)},
@@ -106,13 +171,17 @@ DATABASES = {
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_USER_MODEL = "accounts.User"
 
+CACHE_URL = env_url("PORTAL_CACHE_URL", "redis://127.0.0.1:6379/1", schemes=("redis", "rediss"))
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
-        "LOCATION": env_url(
-            "PORTAL_CACHE_URL", "redis://127.0.0.1:6379/1", schemes=("redis", "rediss")
-        ),
-        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+        "LOCATION": _with_password(CACHE_URL, REDIS_PASSWORD),
+        "OPTIONS": {
+            # JSON, never pickle: a value read back from Redis must not be able to run code.
+            "serializer": "portal.cache.JSONSerializer",
+            "socket_connect_timeout": 2,
+            "socket_timeout": 2,
+        },
     }
 }
 
@@ -267,9 +336,8 @@ SPECTACULAR_SETTINGS = {
 
 # Celery: JSON only, tasks acknowledged after they ran (every task is
 # idempotent), bounded in time so a hung Slurm call cannot pin a worker.
-CELERY_BROKER_URL = env_url(
-    "PORTAL_BROKER_URL", "redis://127.0.0.1:6379/0", schemes=("redis", "rediss")
-)
+BROKER_URL = env_url("PORTAL_BROKER_URL", "redis://127.0.0.1:6379/0", schemes=("redis", "rediss"))
+CELERY_BROKER_URL = _with_password(BROKER_URL, REDIS_PASSWORD)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": env_int("PORTAL_BROKER_VISIBILITY_TIMEOUT_S", 3600, minimum=60),

@@ -26,6 +26,19 @@ def stack_value(name: str) -> str:
     return dict(line.split("=", 1) for line in output.splitlines())[name]
 
 
+def redis_shutdown() -> None:
+    """Redis dies without saving (as a server without persistence would): what was
+    queued is lost. ``dev/stack start redis`` brings it back, with its password."""
+    from django.conf import settings
+
+    subprocess.run(
+        ["redis-cli", "-h", "127.0.0.1", "shutdown", "nosave"],
+        env={**os.environ, "REDISCLI_AUTH": settings.REDIS_PASSWORD},
+        capture_output=True,
+        check=False,
+    )
+
+
 def through_slurmrestd(cluster):
     """The cluster, reached through slurmrestd with JWTs the portal mints. Projects made
     before the switch have their limits: 22.05's REST API cannot set them."""

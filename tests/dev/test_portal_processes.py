@@ -8,6 +8,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from django.conf import settings
 from django.db import connection
 
 from tests.conftest import REPO
@@ -35,6 +36,9 @@ def portal_env(transactional_db, tmp_path):
         "PORTAL_BROKER_URL": "redis://127.0.0.1:6379/5",
         "PORTAL_CACHE_URL": "redis://127.0.0.1:6379/6",
         "PORTAL_HEARTBEAT_INTERVAL_S": "1",
+        # The stack's passwords: its secrets are not under this test's PORTAL_STACK_DIR.
+        "PORTAL_DATABASE_PASSWORD": settings.DATABASE_PASSWORD,
+        "PORTAL_REDIS_PASSWORD": settings.REDIS_PASSWORD,
     }
 
 

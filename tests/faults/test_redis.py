@@ -2,7 +2,6 @@
 (tests/jobs/test_submit_faults.py covers Redis down at creation): the worker and beat
 reconnect, the sweeper submits what was saved meanwhile or lost with Redis's queue."""
 
-import subprocess
 import time
 from contextlib import ExitStack
 
@@ -11,7 +10,7 @@ import pytest
 from jobs.invariants import Findings, invariants_check
 from jobs.models import Job
 from jobs.states import JobState
-from tests.conftest import running_worker
+from tests.conftest import redis_shutdown, running_worker
 from tests.factories import wait_for
 from tests.faults.support import Burst, assert_in_slurm_once_each, settle, stack, submitted
 
@@ -26,10 +25,7 @@ def test_the_worker_and_beat_reconnect_and_the_sweeper_finishes_the_work(
         _, _, worker = workers.enter_context(running_worker(beat=True))
         with Burst(user=alice, project=project, workdir=workdir, count=16, every_s=0.3) as burst:
             wait_for(lambda: submitted(burst.ids) >= 3, timeout_s=30, what="the burst to flow")
-            # nosave: what was queued is lost too, as when Redis dies without persistence.
-            subprocess.run(
-                ["redis-cli", "-h", "127.0.0.1", "shutdown", "nosave"], capture_output=True
-            )
+            redis_shutdown()  # what was queued is lost too
             try:
                 cut_at = len(burst.ids)
                 wait_for(lambda: len(burst.ids) >= cut_at + 3, what="jobs saved while it is down")

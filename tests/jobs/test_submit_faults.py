@@ -13,7 +13,7 @@ from jobs.models import Job
 from jobs.services import job_create
 from jobs.states import JobState
 from jobs.tasks import submissions_sweep_task
-from tests.conftest import REPO, running_worker
+from tests.conftest import REPO, redis_shutdown, running_worker
 from tests.factories import request_for, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
@@ -121,7 +121,7 @@ def test_a_job_saved_while_redis_is_down_is_submitted_when_it_returns(
     celery_worker, make_project, dev_cluster, alice, workdir
 ):
     project = make_project(members={alice: "pi"})
-    subprocess.run(["redis-cli", "-h", "127.0.0.1", "shutdown", "nosave"], capture_output=True)
+    redis_shutdown()
     try:
         job = job_create(user=alice, request=quick_job(project, workdir, 0))
         job.refresh_from_db()

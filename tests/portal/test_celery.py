@@ -30,5 +30,8 @@ def test_a_worker_runs_the_heartbeat_and_health_reports_it(celery_worker):
 
 
 def test_tests_use_redis_databases_of_their_own(settings):
-    assert settings.CELERY_BROKER_URL == "redis://127.0.0.1:6379/2"
-    assert settings.CACHES["default"]["LOCATION"] == "redis://127.0.0.1:6379/3"
+    assert settings.BROKER_URL == "redis://127.0.0.1:6379/2"
+    assert settings.CACHE_URL == "redis://127.0.0.1:6379/3"
+    # …reached with the stack's Redis password, which the settings add.
+    for url in (settings.CELERY_BROKER_URL, settings.CACHES["default"]["LOCATION"]):
+        assert settings.REDIS_PASSWORD and f":{settings.REDIS_PASSWORD}@127.0.0.1" in url

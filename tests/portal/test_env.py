@@ -103,6 +103,65 @@ def test_production_needs_a_secret_key():
     assert "PORTAL_SECRET_KEY" in result.stderr
 
 
+def test_without_portal_env_the_portal_is_production():
+    env = {k: v for k, v in os.environ.items() if k not in ("PORTAL_ENV", "PORTAL_SECRET_KEY")}
+    result = manage_check(env)
+    assert result.returncode != 0
+    assert "PORTAL_SECRET_KEY (or PORTAL_SECRET_KEY_FILE) is required" in result.stderr
+
+
+def test_production_refuses_the_public_development_key():
+    env = {**os.environ, "PORTAL_ENV": "production", "PORTAL_SECRET_KEY": "dev-only-insecure-key"}
+    result = manage_check(env)
+    assert result.returncode != 0
+    assert "public development key" in result.stderr
+
+
+def test_production_reports_services_reached_without_a_password():
+    env = {
+        **os.environ,
+        "PORTAL_ENV": "production",
+        "PORTAL_SECRET_KEY": "x" * 50,
+        "PORTAL_ALLOWED_HOSTS": "portal.example.org",
+    }
+    for name in ("PORTAL_DATABASE_PASSWORD", "PORTAL_REDIS_PASSWORD"):
+        env.pop(name, None)
+        env.pop(f"{name}_FILE", None)
+    result = manage_check(env)
+    assert result.returncode != 0
+    assert "portal.E003" in result.stderr and "PostgreSQL is reached without a password" in (
+        result.stderr
+    )
+    assert result.stderr.count("portal.E004") == 2  # broker and cache
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("PORTAL_ALLOWED_HOSTS", "localhost,portal.example.org"),
+        ("PORTAL_ALLOWED_HOSTS", "0.0.0.0"),  # noqa: S104 - what is refused
+        ("PORTAL_ALLOWED_HOSTS", "*"),
+        ("PORTAL_HTTP_HOST", "0.0.0.0"),  # noqa: S104 - what is refused
+        ("PORTAL_HTTP_HOST", "10.1.2.3"),
+    ],
+)
+def test_dev_mode_refuses_to_serve_anything_but_loopback(variable, value):
+    result = manage_check({**os.environ, "PORTAL_ENV": "dev", variable: value})
+    assert result.returncode != 0
+    assert variable in result.stderr and "not a loopback address" in result.stderr
+
+
+def test_dev_mode_serves_loopback_names():
+    env = {
+        **os.environ,
+        "PORTAL_ENV": "dev",
+        "PORTAL_ALLOWED_HOSTS": "localhost,127.0.0.2,[::1],portal.localhost",
+        "PORTAL_HTTP_HOST": "127.0.0.1",
+    }
+    result = manage_check(env)
+    assert result.returncode == 0, result.stderr
+
+
 def manage_check(env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "manage.py", "check"],

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from django.conf import settings
 from django.db import connection
 
 from accounts.services import user_create
@@ -32,6 +33,9 @@ def production_env(**extra: str) -> dict[str, str]:
         "PORTAL_ENV": "production",
         "PORTAL_SECRET_KEY": secrets.token_urlsafe(50),
         "PORTAL_ALLOWED_HOSTS": HOST,
+        # Production takes no password from the dev stack's folder: it is given.
+        "PORTAL_DATABASE_PASSWORD": settings.DATABASE_PASSWORD,
+        "PORTAL_REDIS_PASSWORD": settings.REDIS_PASSWORD,
         **extra,
     }
 

@@ -10,6 +10,7 @@ import re
 import secrets
 
 import pytest
+from django.conf import settings
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -44,15 +45,17 @@ def test_a_job_sees_none_of_the_workers_secrets(make_project, alice, workdir):
         "PORTAL_SECRET_KEY": secrets.token_urlsafe(40),
         "PORTAL_SLURM_JWT": "eyJ" + secrets.token_urlsafe(40),
         "PORTAL_EMAIL_HOST_PASSWORD": secrets.token_urlsafe(20),
-        "DATABASE_PASSWORD": secrets.token_urlsafe(20),
+        # The real ones: the worker must connect with them.
+        "DATABASE_PASSWORD": settings.DATABASE_PASSWORD,
+        "REDIS_PASSWORD": settings.REDIS_PASSWORD,
     }
     worker_env = {
         "PORTAL_SECRET_KEY": secret["PORTAL_SECRET_KEY"],
         "PORTAL_SLURM_JWT": secret["PORTAL_SLURM_JWT"],
         "PORTAL_EMAIL_HOST_PASSWORD": secret["PORTAL_EMAIL_HOST_PASSWORD"],
-        # The dev database trusts local connections: the password only has to travel.
         "PORTAL_DATABASE_URL": f"postgresql://{db['USER']}:{secret['DATABASE_PASSWORD']}"
         f"@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "PORTAL_REDIS_PASSWORD": secret["REDIS_PASSWORD"],
         # Worker variables that would change a job if they reached sbatch or the job.
         "SLURM_CONF": "/worker-only/slurm.conf",
         "SBATCH_ACCOUNT": "worker-only-account",
