@@ -27,8 +27,8 @@ PROBES = {
     "postgres over the socket": "psql -w -U postgres -d postgres -c 'SELECT 1'",
     "portal role over TCP": "psql -w -h 127.0.0.1 -U portal -d portal -c 'SELECT 1'",
     "portal role over the socket": "psql -w -U portal -d portal -c 'SELECT 1'",
-    "redis": "[ \"$(redis-cli -h 127.0.0.1 ping 2>&1)\" = PONG ]",
-    "redis (IPv6)": "[ \"$(redis-cli -h ::1 ping 2>&1)\" = PONG ]",
+    "redis": '[ "$(redis-cli -h 127.0.0.1 ping 2>&1)" = PONG ]',
+    "redis (IPv6)": '[ "$(redis-cli -h ::1 ping 2>&1)" = PONG ]',
     "redis, a key": "redis-cli -h 127.0.0.1 -n 1 set probe 1 | grep -qx OK",
     "mariadb root over the socket": "mysql -uroot -e 'SELECT 1'",
     "mariadb root over TCP": "mysql -h127.0.0.1 -uroot -e 'SELECT 1'",
@@ -51,9 +51,7 @@ def probe_script(secrets: str, jwt_key: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def test_a_job_is_refused_by_every_service_of_the_portal_and_of_slurm(
-    make_project, alice, workdir
-):
+def test_a_job_is_refused_by_every_service_of_the_portal_and_of_slurm(make_project, alice, workdir):
     stack_dir = stack_value("PORTAL_STACK_DIR")
     script = probe_script(f"{stack_dir}/secrets", stack_value("SLURM_JWT_KEY_FILE"))
     project = make_project(members={alice: "pi"}, gpu_hours=10)
