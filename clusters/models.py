@@ -86,3 +86,20 @@ class Partition(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.name}"
+
+
+class ClusterProbe(models.Model):
+    """The last time a worker asked the cluster's controller whether it answers.
+
+    Beat probes every cluster every few seconds; /healthz, the composer and the
+    status pages read this row, so a page view never runs a Slurm command.
+    """
+
+    cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, related_name="probe")
+    ok = models.BooleanField()
+    error = models.CharField(max_length=500, blank=True)
+    latency_ms = models.FloatField()
+    probed_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}: {'up' if self.ok else 'down'} at {self.probed_at:%c}"

@@ -1,16 +1,18 @@
 """Every write to clusters and partitions."""
 
 import logging
+import time
 from decimal import Decimal
 
+from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
 from audit.models import AuditEvent
 from audit.services import audit_record
-from clusters.models import Cluster, Partition
-from clusters.slurm import client_for
+from clusters.models import Cluster, ClusterProbe, Partition
+from clusters.slurm import SlurmError, client_for
 
 logger = logging.getLogger(__name__)
 
@@ -93,3 +95,25 @@ def partition_set_billing_weight(
             reason.strip(),
         )
     return locked
+
+
+def cluster_probe(*, cluster: Cluster) -> ClusterProbe:
+    """Ask the cluster's controller whether it answers (bounded by
+    ``PORTAL_SLURM_HEALTH_TIMEOUT_S``) and keep the answer for pages and /healthz."""
+    started = time.monotonic()
+    try:
+        client_for(cluster, timeout_s=settings.SLURM_HEALTH_TIMEOUT_S).ping()
+    except SlurmError as error:
+        ok, message = False, str(error)[:500] or type(error).__name__
+    else:
+        ok, message = True, ""
+    probe, _ = ClusterProbe.objects.update_or_create(
+        cluster=cluster,
+        defaults={
+            "ok": ok,
+            "error": message,
+            "latency_ms": round((time.monotonic() - started) * 1000, 1),
+            "probed_at": timezone.now(),
+        },
+    )
+    return probe

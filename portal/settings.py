@@ -363,7 +363,18 @@ CELERY_TIMEZONE = "UTC"
 # closes connections that are too old or broken.
 CELERY_DB_REUSE_MAX = env_int("PORTAL_CELERY_DB_REUSE_MAX", 1000, minimum=0)
 PORTAL_HEARTBEAT_INTERVAL_S = env_int("PORTAL_HEARTBEAT_INTERVAL_S", 30, minimum=1)
+# Beat asks every cluster's controller whether it answers this often; /healthz and the
+# pages read the stored answer (a probe older than three intervals is not believed).
+CLUSTER_PROBE_INTERVAL_S = env_int("PORTAL_CLUSTER_PROBE_INTERVAL_S", 10, minimum=1)
+# With this token (`Authorization: Bearer …`) a monitoring system gets /healthz's detail,
+# as staff do; anyone else gets the verdict alone.
+HEALTH_TOKEN = env_str("PORTAL_HEALTH_TOKEN", "")
 CELERY_BEAT_SCHEDULE = {
+    "clusters-probe": {
+        "task": "clusters.tasks.clusters_probe_task",
+        "schedule": CLUSTER_PROBE_INTERVAL_S,
+        "options": {"expires": CLUSTER_PROBE_INTERVAL_S},
+    },
     "heartbeat": {
         "task": "portal.tasks.heartbeat_task",
         "schedule": PORTAL_HEARTBEAT_INTERVAL_S,

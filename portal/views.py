@@ -1,9 +1,11 @@
 """The portal's own pages: the dashboard, a project's page, and the health check."""
 
+import hmac
 from dataclasses import dataclass
 from typing import cast
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
@@ -44,11 +46,21 @@ def _user(request: HttpRequest) -> User:
 @require_GET
 @never_cache
 def healthz(request: HttpRequest) -> JsonResponse:
+    """200 or 503 with the verdict for anyone (a load balancer); the report behind it
+    for staff and for a monitoring system that sends ``PORTAL_HEALTH_TOKEN``."""
     healthy, report = health_report()
-    return JsonResponse(
-        {"status": "ok" if healthy else "unavailable", **report},
-        status=200 if healthy else 503,
-    )
+    body: dict = {"status": "ok" if healthy else "unavailable"}
+    if _may_see_health_detail(request):
+        body.update(report)
+    return JsonResponse(body, status=200 if healthy else 503)
+
+
+def _may_see_health_detail(request: HttpRequest) -> bool:
+    if request.user.is_authenticated and request.user.is_staff:
+        return True
+    token = settings.HEALTH_TOKEN
+    sent = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+    return bool(token) and hmac.compare_digest(sent.encode(), token.encode())
 
 
 @dataclass(frozen=True)

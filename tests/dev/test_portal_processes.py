@@ -16,9 +16,15 @@ from tests.conftest import REPO
 PORT = 8765
 
 
+HEALTH_TOKEN = "processes-test-token"
+
+
 def get(path: str) -> tuple[int, bytes]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{PORT}{path}", headers={"Authorization": f"Bearer {HEALTH_TOKEN}"}
+    )
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{PORT}{path}", timeout=5) as response:
+        with urllib.request.urlopen(request, timeout=5) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as error:
         return error.code, error.read()
@@ -36,6 +42,7 @@ def portal_env(transactional_db, tmp_path):
         "PORTAL_BROKER_URL": "redis://127.0.0.1:6379/5",
         "PORTAL_CACHE_URL": "redis://127.0.0.1:6379/6",
         "PORTAL_HEARTBEAT_INTERVAL_S": "1",
+        "PORTAL_HEALTH_TOKEN": HEALTH_TOKEN,  # /healthz's detail: the worker's heartbeat
         # The stack's passwords: its secrets are not under this test's PORTAL_STACK_DIR.
         "PORTAL_DATABASE_PASSWORD": settings.DATABASE_PASSWORD,
         "PORTAL_REDIS_PASSWORD": settings.REDIS_PASSWORD,
