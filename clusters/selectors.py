@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from clusters.models import Cluster
+from clusters.models import Cluster, ClusterProbe
 
 
 def clusters_enabled() -> QuerySet[Cluster]:
@@ -14,28 +14,33 @@ def clusters_enabled() -> QuerySet[Cluster]:
 
 
 def cluster_health() -> dict[str, dict]:
-    """Each enabled cluster as the workers last found it: ``ok``, ``error``,
+    """Each enabled cluster as the workers last found it (see ``cluster_status``)."""
+    now = timezone.now()
+    return {
+        cluster.name: _status(getattr(cluster, "probe", None), now)
+        for cluster in clusters_enabled().select_related("probe")
+    }
+
+
+def cluster_status(cluster: Cluster) -> dict:
+    """The cluster as the workers' last probe found it: ``ok``, ``error``,
     ``latency_ms``, ``probed_at``. A probe older than three intervals (beat or the
     workers are not running) is not believed: the cluster reads as not ok."""
-    stale_after = dt.timedelta(seconds=3 * settings.CLUSTER_PROBE_INTERVAL_S)
-    now = timezone.now()
-    health = {}
-    for cluster in clusters_enabled().select_related("probe"):
-        probe = getattr(cluster, "probe", None)
-        if probe is None:
-            health[cluster.name] = {"ok": False, "error": "not probed yet", "probed_at": None}
-            continue
-        age = now - probe.probed_at
-        status = {
-            "ok": probe.ok,
-            "error": probe.error,
-            "latency_ms": probe.latency_ms,
-            "probed_at": probe.probed_at.isoformat(),
-        }
-        if age > stale_after:
-            status["ok"] = False
-            status["error"] = (
-                f"no probe for {age.total_seconds():.0f} s (are beat and a worker running?)"
-            )
-        health[cluster.name] = status
-    return health
+    probe = ClusterProbe.objects.filter(cluster=cluster).first()
+    return _status(probe, timezone.now())
+
+
+def _status(probe: ClusterProbe | None, now: dt.datetime) -> dict:
+    if probe is None:
+        return {"ok": False, "error": "not probed yet", "probed_at": None}
+    status = {
+        "ok": probe.ok,
+        "error": probe.error,
+        "latency_ms": probe.latency_ms,
+        "probed_at": probe.probed_at.isoformat(),
+    }
+    age_s = (now - probe.probed_at).total_seconds()
+    if age_s > 3 * settings.CLUSTER_PROBE_INTERVAL_S:
+        status["ok"] = False
+        status["error"] = f"no probe for {age_s:.0f} s (are beat and a worker running?)"
+    return status

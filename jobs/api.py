@@ -282,6 +282,11 @@ class EstimateSerializer(serializers.Serializer):
         allow_null=True, help_text="Slurm's estimate (sbatch --test-only); null if unknown."
     )
     rendered_script = serializers.CharField()
+    cluster_unreachable = serializers.CharField(
+        allow_blank=True,
+        help_text="Why the cluster is not answering (the workers' last probe); empty when "
+        "it is. A job made meanwhile waits, with its hold, and is submitted when it is back.",
+    )
 
 
 class OutputSerializer(serializers.Serializer):

@@ -21,6 +21,7 @@ from accounts.models import Project, User
 from accounts.requests import is_allocation_manager
 from audit.models import AuditEvent
 from audit.services import audit_record
+from clusters.selectors import cluster_status
 from clusters.slurm import SlurmError, SlurmUnavailable, client_for
 from jobs.errors import JobInvalid
 from jobs.models import Job, JobEvent, JobTemplate
@@ -163,16 +164,23 @@ class Estimate:
     fits: bool
     expected_start: dt.datetime | None
     rendered_script: str
+    # Why the cluster is not answering, as the workers' last probe found it; "" when it is.
+    cluster_unreachable: str = ""
 
 
 def job_estimate(*, user: User, request: JobRequest) -> Estimate:
     """The same checks and cost as ``job_create``, saving nothing; Slurm's expected start
-    when the cluster answers within ``PORTAL_ESTIMATE_TIMEOUT_S``."""
+    when the cluster answers within ``PORTAL_ESTIMATE_TIMEOUT_S``. A cluster the workers'
+    last probe found down is not asked at all."""
     prepared = job_prepare(user=user, request=request, submit_token="estimate")  # noqa: S106
     allocation = _allocation_for(prepared)
     expected_start = None
     no_estimates = estimates_paused_key(prepared.cluster.pk)
+    status = cluster_status(prepared.cluster)
+    unreachable = "" if status["ok"] else status["error"] or _("not answering")
     try:
+        if unreachable:
+            raise SlurmUnavailable(unreachable)
         if reason := paused(no_estimates):
             raise SlurmUnavailable(reason)
         client = client_for(prepared.cluster, timeout_s=settings.ESTIMATE_TIMEOUT_S)
@@ -182,7 +190,8 @@ def job_estimate(*, user: User, request: JobRequest) -> Estimate:
         # Each estimate that waits out the timeout holds a web worker that long: after
         # one, the others go without Slurm's guess for a while (DESIGN: the web tier
         # only makes cheap look-ups of Slurm).
-        pause(no_estimates, str(error), seconds=ESTIMATE_PAUSE_S)
+        if not unreachable:
+            pause(no_estimates, str(error), seconds=ESTIMATE_PAUSE_S)
         logger.info("no start estimate from %s: %s", prepared.cluster, error)
     except SlurmError as error:
         logger.info("no start estimate from %s: %s", prepared.cluster, error)
@@ -193,6 +202,7 @@ def job_estimate(*, user: User, request: JobRequest) -> Estimate:
         fits=prepared.requested_gpu_seconds <= available,
         expected_start=expected_start,
         rendered_script=prepared.rendered_script,
+        cluster_unreachable=unreachable,
     )
 
 

@@ -84,11 +84,13 @@ def _slurm_marked_tests_need_the_stack(request):
 
 @pytest.fixture
 def dev_cluster(db, slurm_stack):
-    """The dev cluster registered with the partitions Slurm reports."""
-    from clusters.services import cluster_register, partitions_sync
+    """The dev cluster registered with the partitions Slurm reports, probed as beat
+    would (estimates ask a cluster only when its last probe found it up)."""
+    from clusters.services import cluster_probe, cluster_register, partitions_sync
 
     cluster = cluster_register(name=DEV_CLUSTER)
     partitions_sync(cluster=cluster)
+    cluster_probe(cluster=cluster)
     return cluster
 
 

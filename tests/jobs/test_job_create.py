@@ -3,6 +3,7 @@
 import os
 
 import pytest
+from django.test import override_settings
 
 from accounts.errors import QuotaExceeded
 from accounts.models import LedgerEntry
@@ -207,3 +208,18 @@ def test_once_slurm_missed_an_estimates_deadline_the_next_ones_do_not_wait_for_i
         assert job_estimate(user=alice, request=request).expected_start is not None
     finally:
         cache.delete(paused)
+
+
+def test_an_estimate_does_not_ask_a_cluster_the_last_probe_found_down(
+    make_project, dev_cluster, alice, workdir
+):
+    from clusters.models import ClusterProbe
+
+    project = make_project(members={alice: "pi"}, gpu_hours=10)
+    ClusterProbe.objects.filter(cluster=dev_cluster).update(ok=False, error="connect failure")
+    # Any Slurm command would fail here: the estimate must not run one.
+    with override_settings(SLURM_BIN_DIR="/nonexistent"):
+        estimate = job_estimate(user=alice, request=request_for(project, workdir))
+    assert estimate.cluster_unreachable == "connect failure"
+    assert estimate.expected_start is None
+    assert estimate.fits is True and estimate.requested_gpu_hours > 0
