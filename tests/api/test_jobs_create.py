@@ -228,6 +228,7 @@ def test_the_estimate_prices_the_job_and_saves_nothing(api, alice, project, body
         "fits",
         "expected_start",
         "rendered_script",
+        "cluster_unreachable",
     }
     assert estimate["requested_gpu_hours"] == 1.0
     assert estimate["available_gpu_hours"] == 10.0
