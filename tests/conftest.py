@@ -67,6 +67,25 @@ def slurm_stack():
         )
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _fast_password_hashing():
+    """A persona's password costs 0.4 s of PBKDF2 and the suite makes thousands of them;
+    tests hash with MD5 (and still read PBKDF2 hashes). A process of its own (a worker,
+    a production-mode check) keeps the portal's hashers: a test that logs in there
+    makes its user's hash with PBKDF2."""
+    from django.test.utils import override_settings
+
+    fast = override_settings(
+        PASSWORD_HASHERS=[
+            "django.contrib.auth.hashers.MD5PasswordHasher",
+            "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+        ]
+    )
+    fast.enable()  # setting_changed clears Django's cache of hashers
+    yield
+    fast.disable()
+
+
 @pytest.fixture(autouse=True)
 def _english_after_each_test():
     """A request leaves its language active in the test thread; the next test starts in English."""

@@ -24,7 +24,8 @@ pytestmark = [pytest.mark.fault, pytest.mark.slurm]
 
 PORT = 55432
 DATABASE = "portal_faults_pg"
-URL = f"postgresql://postgres@127.0.0.1:{PORT}/{DATABASE}"
+# The portal's own role, as on the shared server: no superuser (portal.E005 stops migrate).
+URL = f"postgresql://portal@127.0.0.1:{PORT}/{DATABASE}"
 
 
 def as_postgres(*command: str) -> None:
@@ -42,7 +43,9 @@ def private_postgres():
     as_postgres(str(binaries / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres")
     as_postgres(*pg_ctl, "-w", "start")
     try:
-        as_postgres(str(binaries / "createdb"), "-h", "127.0.0.1", "-p", str(PORT), DATABASE)
+        server = ["-h", "127.0.0.1", "-p", str(PORT)]
+        as_postgres(str(binaries / "createuser"), *server, "--createdb", "portal")
+        as_postgres(str(binaries / "createdb"), *server, "--owner", "portal", DATABASE)
         yield lambda: as_postgres(*pg_ctl, "-w", "-m", "fast", "restart")
     finally:
         as_postgres(*pg_ctl, "-m", "immediate", "stop")

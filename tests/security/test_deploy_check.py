@@ -13,6 +13,7 @@ import sys
 
 import pytest
 from django.conf import settings
+from django.contrib.auth.hashers import make_password
 from django.db import connection
 
 from accounts.services import user_create
@@ -113,7 +114,10 @@ print(json.dumps({
 
 @pytest.mark.django_db(transaction=True)
 def test_production_sends_secure_cookies_hsts_and_redirects_to_https():
-    user_create(username="prod-alice", password="prod-alice-pass-1234")
+    user = user_create(username="prod-alice", password="prod-alice-pass-1234")
+    # The production process knows the portal's own hasher only, not the tests' fast one.
+    user.password = make_password("prod-alice-pass-1234", hasher="pbkdf2_sha256")
+    user.save(update_fields=["password"])
     db = connection.settings_dict
     result = run(
         [sys.executable, "-c", PROBE],
