@@ -3,6 +3,7 @@ from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from accounts.posix import validate_posix_username
 from clusters.models import Cluster, Partition
 
 posix_username_validator = RegexValidator(
@@ -23,8 +24,8 @@ class User(AbstractUser):
         unique=True,
         null=True,
         blank=True,
-        validators=[posix_username_validator],
-        help_text=_("The Unix login this user's jobs run as."),
+        validators=[posix_username_validator, validate_posix_username],
+        help_text=_("The Unix login this user's jobs run as (never root or a system account)."),
     )
 
 

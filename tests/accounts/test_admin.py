@@ -418,3 +418,24 @@ def test_staff_with_the_change_user_permission_set_posix_usernames(client, alice
     alice.refresh_from_db()
     assert alice.posix_username == "alice2"
     assert log_of(alice).user == admin
+
+
+@pytest.mark.parametrize(
+    ("login", "says"),
+    [
+        ("root", "root is a system account: jobs never run as it."),
+        ("daemon", "daemon is a system account here (uid 1, below 1000)"),
+        ("Root;", "A POSIX user name"),
+    ],
+)
+def test_the_console_refuses_root_and_system_accounts_as_posix_usernames(
+    client, alice, login, says
+):
+    admin = staff_with("ada", "view_user", "change_user")
+    client.force_login(admin)
+    url = f"/admin/accounts/user/{alice.pk}/change/"
+    response = client.post(url, form_data(client.get(url)) | {"posix_username": login})
+    assert response.status_code == 200
+    assert says in response.content.decode()
+    alice.refresh_from_db()
+    assert alice.posix_username == "alice"
