@@ -1,4 +1,5 @@
 from django.contrib.auth.models import AbstractUser
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
@@ -14,6 +15,19 @@ slurm_account_validator = RegexValidator(
     r"^[a-z][a-z0-9_-]{0,39}$",
     _("A Slurm account: lower-case letters, digits, '-' and '_', starting with a letter."),
 )
+
+
+def validate_slurm_account_not_root(account: str) -> None:
+    # The portal binds a project only to an account it creates; root is Slurm's own,
+    # above every other (the reconciler refuses other accounts made by hand).
+    if account == "root":
+        raise ValidationError(
+            _(
+                "root is Slurm's top account and no project's: choose a new account name, "
+                "which the portal creates in Slurm."
+            ),
+            code="slurm_root",
+        )
 
 
 class User(AbstractUser):
@@ -35,7 +49,12 @@ class Project(models.Model):
     slug = models.SlugField(max_length=40, unique=True)
     name = models.CharField(max_length=200)
     slurm_account = models.CharField(
-        max_length=40, unique=True, validators=[slurm_account_validator]
+        max_length=40,
+        unique=True,
+        validators=[slurm_account_validator, validate_slurm_account_not_root],
+        help_text=_(
+            "A new account the portal creates in Slurm: not root, nor an account made by hand."
+        ),
     )
     description = models.TextField(blank=True)
     members = models.ManyToManyField(User, through="Membership", related_name="projects")
