@@ -547,6 +547,9 @@ class TokenList(APIView):
         "post": {
             403: "permission_denied: tokens are created from a logged-in browser session; "
             "a token cannot create tokens.",
+            409: "too_many_tokens: you have as many live tokens as allowed "
+            "(PORTAL_API_MAX_TOKENS_PER_USER, 20 unless configured; `limit` says how many); "
+            "revoke one first.",
         }
     }
 

@@ -46,8 +46,9 @@ class BearerTokenAuthentication(BaseAuthentication):
 
 
 class TokenRateThrottle(SimpleRateThrottle):
-    """Requests per token (each of a user's scripts has its own budget), per user for
-    the browser's session, per client address without credentials.
+    """Requests per user, however they call: all of a user's tokens and browser sessions
+    share one budget (a new token is no new budget); per client address without
+    credentials.
 
     The rates are read when a request comes, not when DRF is imported, so
     ``PORTAL_API_RATE`` and ``PORTAL_API_ANON_RATE`` (and tests) set them.
@@ -75,9 +76,7 @@ class TokenRateThrottle(SimpleRateThrottle):
             return True
 
     def get_cache_key(self, request, view) -> str:
-        if isinstance(request.auth, PersonalAccessToken):
-            ident = f"token:{request.auth.pk}"
-        elif request.user and request.user.is_authenticated:
+        if request.user and request.user.is_authenticated:
             ident = f"user:{request.user.pk}"
         else:
             ident = f"address:{self.get_ident(request)}"

@@ -29,3 +29,17 @@ class NotAllowed(Exception):
 
 class AllocationOverlap(Exception):
     """The project already has an active allocation on the cluster in that period."""
+
+
+class TooManyTokens(Exception):
+    """The user already has as many live access tokens as ``API_MAX_TOKENS_PER_USER`` allows."""
+
+    def __init__(self, *, limit: int) -> None:
+        super().__init__(
+            _(
+                "You already have %(limit)s active access tokens, the most allowed. "
+                "Revoke one you no longer use, then create the new one."
+            )
+            % {"limit": limit}
+        )
+        self.limit = limit

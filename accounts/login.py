@@ -38,7 +38,8 @@ def lockout_message(lockout: Lockout) -> str:
 
 
 class LoginForm(AuthenticationForm):
-    """Refused without checking the password while the user name or the address is locked."""
+    """Refused without checking the password while the user name at this address, or the
+    address, is locked."""
 
     # Set when this attempt was refused by the throttle: the view answers 429.
     lockout: Lockout | None = None
@@ -57,7 +58,7 @@ class LoginForm(AuthenticationForm):
         except forms.ValidationError:
             login_failed(username=username, address=address)
             raise
-        login_succeeded(username=username)
+        login_succeeded(username=username, address=address)
         return cleaned
 
 

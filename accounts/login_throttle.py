@@ -1,11 +1,15 @@
-"""Counting failed log-ins per user name and per client address, in the cache (Redis).
+"""Counting failed log-ins per (user name, client address) and per address, in the cache (Redis).
 
-After ``LOGIN_MAX_FAILURES`` failures for one user name (or
-``LOGIN_MAX_FAILURES_PER_ADDRESS`` from one address) within ``LOGIN_WINDOW_S``,
-that name (or address) is locked for ``LOGIN_WINDOW_S``: every attempt is
-refused before the password is checked, so a guesser learns nothing even when
-it guesses right. A success clears the user name's count; the address's stays,
-or one valid account would let its owner reset the count between guesses.
+After ``LOGIN_MAX_FAILURES`` failures for one user name from one address within
+``LOGIN_WINDOW_S``, that name is locked at that address for ``LOGIN_WINDOW_S``;
+after ``LOGIN_MAX_FAILURES_PER_ADDRESS`` failures from one address, whatever the
+names, the whole address is. A locked attempt is refused before the password is
+checked, so a guesser learns nothing even when it guesses right. The name is
+counted per address so that a guesser cannot lock a user out: the user logs in
+from their own address all the same. The per-address cap bounds what one
+guesser tries in all. A success clears the (name, address) count; the
+address's stays, or one valid account would let its owner reset the count
+between guesses.
 
 Counts are Redis ``INCR``s (``cache.incr``), atomic across web processes: two
 concurrent failures are two. When the cache does not answer, log-in is allowed
@@ -60,10 +64,11 @@ def client_address(request: HttpRequest) -> str:
     return str(parsed)
 
 
-def _user_key(username: str) -> str:
-    # Hashed: a user name may hold any character, and keys stay short.
+def _user_at_address_key(username: str, address: str) -> str:
+    # Hashed: a user name may hold any character, and keys stay short. The NUL
+    # between them cannot be typed into either, so no two pairs share a key.
     normal = unicodedata.normalize("NFKC", username).strip().casefold()
-    return "user:" + hashlib.sha256(normal.encode()).hexdigest()[:32]
+    return "user:" + hashlib.sha256(f"{normal}\0{address}".encode()).hexdigest()[:32]
 
 
 def _address_key(address: str) -> str:
@@ -72,7 +77,7 @@ def _address_key(address: str) -> str:
 
 def _limits(username: str, address: str) -> dict[str, int]:
     return {
-        _user_key(username): settings.LOGIN_MAX_FAILURES,
+        _user_at_address_key(username, address): settings.LOGIN_MAX_FAILURES,
         _address_key(address): settings.LOGIN_MAX_FAILURES_PER_ADDRESS,
     }
 
@@ -123,8 +128,9 @@ def login_failed(*, username: str, address: str) -> Lockout | None:
     return started
 
 
-def login_succeeded(*, username: str) -> None:
+def login_succeeded(*, username: str, address: str) -> None:
+    """Clear the count of this user name at this address (the address's own stays)."""
     try:
-        cache.delete(f"login:failures:{_user_key(username)}")
+        cache.delete(f"login:failures:{_user_at_address_key(username, address)}")
     except RedisError as error:
         logger.warning("log-in throttle: cannot clear the count (%s)", error)

@@ -1,8 +1,10 @@
 from django.contrib.auth.models import AbstractUser
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from accounts.posix import validate_posix_username
 from clusters.models import Cluster, Partition
 
 posix_username_validator = RegexValidator(
@@ -15,6 +17,19 @@ slurm_account_validator = RegexValidator(
 )
 
 
+def validate_slurm_account_not_root(account: str) -> None:
+    # The portal binds a project only to an account it creates; root is Slurm's own,
+    # above every other (the reconciler refuses other accounts made by hand).
+    if account == "root":
+        raise ValidationError(
+            _(
+                "root is Slurm's top account and no project's: choose a new account name, "
+                "which the portal creates in Slurm."
+            ),
+            code="slurm_root",
+        )
+
+
 class User(AbstractUser):
     # Set by an administrator or the identity provider, never by the user:
     # it is the Unix login every job of this user runs as.
@@ -23,8 +38,8 @@ class User(AbstractUser):
         unique=True,
         null=True,
         blank=True,
-        validators=[posix_username_validator],
-        help_text=_("The Unix login this user's jobs run as."),
+        validators=[posix_username_validator, validate_posix_username],
+        help_text=_("The Unix login this user's jobs run as (never root or a system account)."),
     )
 
 
@@ -34,7 +49,12 @@ class Project(models.Model):
     slug = models.SlugField(max_length=40, unique=True)
     name = models.CharField(max_length=200)
     slurm_account = models.CharField(
-        max_length=40, unique=True, validators=[slurm_account_validator]
+        max_length=40,
+        unique=True,
+        validators=[slurm_account_validator, validate_slurm_account_not_root],
+        help_text=_(
+            "A new account the portal creates in Slurm: not root, nor an account made by hand."
+        ),
     )
     description = models.TextField(blank=True)
     members = models.ManyToManyField(User, through="Membership", related_name="projects")

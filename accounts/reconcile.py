@@ -7,6 +7,11 @@ portal accepted but stops work submitted outside the portal once the balance
 is spent. The limit is Slurm's own raw usage (which decays) plus what the
 portal still covers, recomputed every run; it is never read back into the
 ledger. ``reconcile(..., dry_run=True)`` only reports.
+
+The portal changes only accounts it created (organization ``portal``). A
+project bound to an account that a site made by hand — someone else's budget,
+or ``root`` — gets no users, associations or limits: the run reports it as an
+error and leaves the account alone.
 """
 
 import math
@@ -20,6 +25,11 @@ from accounts.models import Allocation, Project
 from accounts.selectors import project_balance
 from clusters.models import Cluster
 from clusters.slurm import NotFound, SlurmClient, SlurmError, client_for
+from clusters.slurm.types import PORTAL_ORGANIZATION
+
+
+class NotThePortalsAccount(Exception):
+    """The project's Slurm account exists but the portal did not create it."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +91,16 @@ def _plan_project(client: SlurmClient, cluster: Cluster, project: Project) -> li
     }
     actions = []
     try:
+        organization = client.account_organization(account)
+    except NotFound:
+        organization = PORTAL_ORGANIZATION  # absent: the portal will create it
+    if organization != PORTAL_ORGANIZATION:
+        raise NotThePortalsAccount(
+            f"the Slurm account exists but the portal did not create it (organization "
+            f"{organization!r}, not {PORTAL_ORGANIZATION!r}); the portal adds no users, "
+            "associations or limits to it. Bind the project to a new account name."
+        )
+    try:
         present = set(client.account_users(account))
         raw_used = client.gpu_minutes_used(account)
         current = client.gpu_minutes_limit(account)
@@ -131,6 +151,6 @@ def reconcile(*, cluster: Cluster, dry_run: bool = False) -> Report:
             if not dry_run:
                 for action in actions:
                     _apply(client, project, action)
-        except SlurmError as exc:
+        except (SlurmError, NotThePortalsAccount) as exc:
             report.errors.append(f"{project.slurm_account}: {exc}")
     return report

@@ -12,9 +12,11 @@ import re
 import secrets
 
 from django.conf import settings
-from django.db.models import Q
+from django.db import transaction
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from accounts.errors import TooManyTokens
 from accounts.models import PersonalAccessToken, User
 
 TOKEN_PREFIX = "sgp_"  # noqa: S105 - a marker, not a secret
@@ -34,18 +36,28 @@ def hash_token(plain: str) -> str:
 def token_create(
     *, user: User, name: str, expires_in_days: int | None = None
 ) -> tuple[PersonalAccessToken, str]:
-    """A new token for ``user``, and its plain text — shown once, never stored."""
+    """A new token for ``user``, and its plain text — shown once, never stored.
+
+    TooManyTokens when the user already has ``API_MAX_TOKENS_PER_USER`` live ones.
+    """
     days = settings.API_TOKEN_DEFAULT_DAYS if expires_in_days is None else expires_in_days
     if not 1 <= days <= settings.API_TOKEN_MAX_DAYS:
         raise ValueError(f"A token lasts 1 to {settings.API_TOKEN_MAX_DAYS} days.")
     plain = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    token = PersonalAccessToken.objects.create(
-        user=user,
-        name=name.strip(),
-        prefix=plain[:12],
-        token_hash=hash_token(plain),
-        expires_at=timezone.now() + dt.timedelta(days=days),
-    )
+    with transaction.atomic():
+        # The user's row is the lock: of two concurrent creations, the second counts
+        # after the first has committed, so together they cannot pass the cap.
+        User.objects.select_for_update().filter(pk=user.pk).values_list("pk").get()
+        limit = settings.API_MAX_TOKENS_PER_USER
+        if active_tokens_of(user).count() >= limit:
+            raise TooManyTokens(limit=limit)
+        token = PersonalAccessToken.objects.create(
+            user=user,
+            name=name.strip(),
+            prefix=plain[:12],
+            token_hash=hash_token(plain),
+            expires_at=timezone.now() + dt.timedelta(days=days),
+        )
     return token, plain
 
 
@@ -83,5 +95,10 @@ def token_authenticate(plain: str) -> PersonalAccessToken:
     return token
 
 
-def tokens_of(user: User):
+def tokens_of(user: User) -> QuerySet[PersonalAccessToken]:
     return PersonalAccessToken.objects.filter(user=user).order_by("-created_at", "-id")
+
+
+def active_tokens_of(user: User) -> QuerySet[PersonalAccessToken]:
+    """The user's tokens that still work: neither revoked nor expired (what the cap counts)."""
+    return tokens_of(user).filter(revoked_at__isnull=True, expires_at__gt=timezone.now())

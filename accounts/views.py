@@ -13,6 +13,7 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
+from accounts.errors import TooManyTokens
 from accounts.models import User
 from accounts.tokens import token_create, token_revoke, tokens_of
 
@@ -47,13 +48,17 @@ def tokens(request: HttpRequest) -> HttpResponse:
     form = TokenForm(request.POST or None, initial=initial)
     created = None
     if request.method == "POST" and form.is_valid():
-        token, plain = token_create(
-            user=user,
-            name=form.cleaned_data["name"],
-            expires_in_days=form.cleaned_data["expires_in_days"],
-        )
-        created = {"token": token, "plain": plain}
-        form = TokenForm(initial=initial)
+        try:
+            token, plain = token_create(
+                user=user,
+                name=form.cleaned_data["name"],
+                expires_in_days=form.cleaned_data["expires_in_days"],
+            )
+        except TooManyTokens as refusal:
+            form.add_error(None, str(refusal))
+        else:
+            created = {"token": token, "plain": plain}
+            form = TokenForm(initial=initial)
     context = {"form": form, "created": created, "tokens": list(tokens_of(user))}
     return render(request, "accounts/tokens.html", context, status=400 if form.errors else 200)
 

@@ -2,7 +2,7 @@
 and accounting records read-only (Slurm and the pipeline own them)."""
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 
@@ -14,6 +14,7 @@ from jobs.services import (
     job_template_create,
     job_template_delete,
     job_template_update,
+    template_change_refusal,
 )
 
 EDITABLE_TEMPLATE_FIELDS = ("name", "description", "defaults", "script")
@@ -63,6 +64,19 @@ class JobTemplateAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         # Whose a template is stays as it was made: a change would move it between people.
         return () if obj is None else ("scope", "owner", "project")
+
+    def has_change_permission(self, request, obj=None):
+        # A researcher's template is shown, not editable: the service refuses the change too.
+        allowed = super().has_change_permission(request, obj)
+        return allowed and (obj is None or template_change_refusal(request.user, obj) is None)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        template = self.get_object(request, object_id)
+        if template is not None:
+            refusal = template_change_refusal(request.user, template)
+            if refusal is not None and request.method == "GET":
+                self.message_user(request, refusal, messages.WARNING)
+        return super().change_view(request, object_id, form_url, extra_context)
 
     def save_model(self, request, obj, form, change):
         data = form.cleaned_data

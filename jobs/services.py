@@ -359,15 +359,37 @@ def job_template_check(*, name: str, script: str, defaults: dict) -> None:
         )
 
 
-def _may_edit_template(user: User, template: JobTemplate) -> bool:
-    """Allocation managers keep every template (the console); owners and project leads theirs."""
-    if is_allocation_manager(user):
-        return True
-    if template.scope == JobTemplate.Scope.USER:
-        return template.owner_id == user.pk
+def template_change_refusal(user: User, template: JobTemplate) -> str | None:
+    """Why ``user`` may not change the template's script or defaults, or None when they may.
+
+    Whose jobs run a template decides who changes it: its owner for a personal one,
+    the project's PI and co-PIs for a shared one, allocation managers for a global
+    one. The console gives managers no right over a researcher's template: the
+    researcher's next job from it would run the manager's script as the researcher.
+    """
+    if template.scope == JobTemplate.Scope.GLOBAL:
+        if is_allocation_manager(user):
+            return None
+        return _("Only allocation managers can change a template for everyone.")
     if template.scope == JobTemplate.Scope.PROJECT and template.project is not None:
-        return template.project.memberships.filter(user=user, role__in=["pi", "co_pi"]).exists()
-    return False
+        if template.project.memberships.filter(user=user, role__in=["pi", "co_pi"]).exists():
+            return None
+        return _(
+            "Only the project's PI and co-PIs can change a template shared with it: "
+            "its members' jobs run what it says."
+        )
+    if template.owner_id == user.pk:
+        return None
+    return _(
+        "This is %(owner)s's personal template: only they can change it, as their jobs "
+        "run what it says. Allocation managers change global templates only."
+    ) % {"owner": template.owner}
+
+
+def _may_delete_template(user: User, template: JobTemplate) -> bool:
+    """Allocation managers may remove any template (a deleted one runs nowhere); others
+    those they may change."""
+    return is_allocation_manager(user) or template_change_refusal(user, template) is None
 
 
 def job_template_update(
@@ -386,8 +408,9 @@ def job_template_update(
     wanted = {"name": name, "description": description, "defaults": defaults, "script": script}
     with transaction.atomic():
         locked = JobTemplate.objects.select_for_update().get(pk=template.pk)
-        if not _may_edit_template(user, locked):
-            raise NotAllowed(_("Only the template's owner or an allocation manager can change it."))
+        refusal = template_change_refusal(user, locked)
+        if refusal is not None:
+            raise NotAllowed(refusal)
         changed = [f for f, v in wanted.items() if v is not None and v != getattr(locked, f)]
         for field in changed:
             setattr(locked, field, wanted[field])
@@ -404,7 +427,7 @@ def job_template_delete(*, user: User, template: JobTemplate) -> None:
         locked = JobTemplate.objects.select_for_update().filter(pk=template.pk).first()
         if locked is None:
             return  # a repeat
-        if not _may_edit_template(user, locked):
+        if not _may_delete_template(user, locked):
             raise NotAllowed(_("Only the template's owner or an allocation manager can delete it."))
         _audit_template(user, AuditEvent.Action.TEMPLATE_DELETE, locked)
         locked.delete()
@@ -436,4 +459,5 @@ __all__ = [
     "job_template_create",
     "job_template_delete",
     "job_template_update",
+    "template_change_refusal",
 ]

@@ -19,6 +19,7 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from accounts import ledger
+from accounts.posix import posix_login_refusal
 from clusters.slurm import SlurmRejected, SlurmUnavailable, client_for
 from clusters.slurm.types import SubmitRequest
 from jobs import scripts
@@ -275,6 +276,10 @@ def job_submit(*, job_id: int) -> Job | None:
             return _record_refused(
                 job, "Cancelled before it reached Slurm.", state=JobState.CANCELLED
             )
+        # Checked here, on the host that submits, with its user database: whatever the
+        # web tier or the database say, a job never runs as root or a system account.
+        if login_refused := posix_login_refusal(posix_user):
+            raise SlurmRejected(login_refused)
         after_ok = _after_ok(job)
         spec = spec_of(job, after_ok=after_ok)
         rendered = scripts.render_script(spec) if after_ok else job.rendered_script

@@ -21,7 +21,13 @@ from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
-from accounts.errors import AllocationOverlap, NoActiveAllocation, NotAllowed, QuotaExceeded
+from accounts.errors import (
+    AllocationOverlap,
+    NoActiveAllocation,
+    NotAllowed,
+    QuotaExceeded,
+    TooManyTokens,
+)
 from clusters.slurm.errors import SlurmRejected, SlurmUnavailable
 from jobs.errors import JobInvalid, OutputUnavailable
 
@@ -93,6 +99,8 @@ def _from_domain(exc: Exception) -> ApiError | None:
         return ApiError(403, "permission_denied", str(exc))
     if isinstance(exc, AllocationOverlap):
         return ApiError(409, "allocation_overlap", str(exc))
+    if isinstance(exc, TooManyTokens):
+        return ApiError(409, "too_many_tokens", str(exc), extra={"limit": exc.limit})
     if isinstance(exc, NoActiveAllocation):
         return ApiError(409, "no_active_allocation", str(exc))
     if isinstance(exc, OutputUnavailable):
@@ -180,6 +188,9 @@ class ErrorDetailSerializer(serializers.Serializer):
     )
     available_gpu_hours = serializers.FloatField(
         required=False, help_text="quota_exceeded only: what the project has left."
+    )
+    limit = serializers.IntegerField(
+        required=False, help_text="too_many_tokens only: how many live tokens a user may have."
     )
 
 

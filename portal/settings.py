@@ -308,6 +308,9 @@ API_RATE = _rate("PORTAL_API_RATE", "120/min")
 API_ANON_RATE = _rate("PORTAL_API_ANON_RATE", "30/min")
 API_TOKEN_MAX_DAYS = env_int("PORTAL_API_TOKEN_MAX_DAYS", 365, minimum=1)
 API_TOKEN_DEFAULT_DAYS = env_int("PORTAL_API_TOKEN_DEFAULT_DAYS", 30, minimum=1)
+API_MAX_TOKENS_PER_USER = env_int("PORTAL_API_MAX_TOKENS_PER_USER", 20, minimum=1)
+# Jobs never run as a system account: the worker refuses a login below this uid.
+MIN_UID = env_int("PORTAL_MIN_UID", 1000, minimum=1)
 if API_TOKEN_DEFAULT_DAYS > API_TOKEN_MAX_DAYS:
     raise ImproperlyConfigured(
         "PORTAL_API_TOKEN_DEFAULT_DAYS must not be larger than PORTAL_API_TOKEN_MAX_DAYS."

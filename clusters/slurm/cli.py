@@ -36,6 +36,7 @@ from clusters.slurm.parsing import (
     parse_test_only,
 )
 from clusters.slurm.types import (
+    PORTAL_ORGANIZATION,
     AccountingEntry,
     PartitionInfo,
     QueueEntry,
@@ -244,9 +245,17 @@ class CliClient:
             return False
         self._run(
             ["sacctmgr", "--immediate", "add", "account", account, cluster,
-             f"description={description}", "organization=portal"]
+             f"description={description}", f"organization={PORTAL_ORGANIZATION}"]
         )  # fmt: skip
         return True
+
+    def account_organization(self, account: str) -> str:
+        lines = self._sacctmgr_lines(
+            "show", "account", "where", f"name={account}", "format=Organization"
+        )
+        if not lines:
+            raise NotFound(f"Slurm has no account {account!r}")
+        return lines[0].strip()
 
     def ensure_user_association(self, *, user: str, account: str) -> bool:
         cluster = f"cluster={self.cluster_name}"

@@ -64,6 +64,10 @@ class SlurmClient(Protocol):
     def ensure_account(self, account: str, *, description: str) -> bool:
         """Create the Slurm account on this cluster if absent; True when it was created."""
 
+    def account_organization(self, account: str) -> str:
+        """The account's organization (``PORTAL_ORGANIZATION`` when the portal created it);
+        NotFound if Slurm has no such account."""
+
     def ensure_user_association(self, *, user: str, account: str) -> bool:
         """Give a user an association with an account if absent; True when it was created."""
 

@@ -37,6 +37,7 @@ from clusters.slurm.rest_parsing import (
 )
 from clusters.slurm.states import SlurmJobState
 from clusters.slurm.types import (
+    PORTAL_ORGANIZATION,
     AccountingEntry,
     PartitionInfo,
     QueueEntry,
@@ -365,7 +366,11 @@ class RestClient:
         if self._associations(account):
             return False
         if not self._exists(self._db(f"/account/{account}"), "accounts"):
-            record = {"name": account, "description": description, "organization": "portal"}
+            record = {
+                "name": account,
+                "description": description,
+                "organization": PORTAL_ORGANIZATION,
+            }
             self._post_db("/accounts", {"accounts": [record]})
         # Without "user" 22.05 creates the account's association under its
         # parent but also reports "Missing required field 'user'"; with
@@ -375,6 +380,13 @@ class RestClient:
         if self._account_association(account) is None:
             raise SlurmRejected(f"slurmrestd did not create the association of {account!r}")
         return True
+
+    def account_organization(self, account: str) -> str:
+        path = self._db(f"/account/{account}")
+        accounts = self._call("GET", path, user=self.admin_user, empty_ok=True).get("accounts")
+        if not accounts:
+            raise NotFound(f"Slurm has no account {account!r}")
+        return str(accounts[0].get("organization") or "")
 
     def ensure_user_association(self, *, user: str, account: str) -> bool:
         associations = self._associations(account)

@@ -6,6 +6,10 @@ from typing import NamedTuple
 
 from clusters.slurm.states import SlurmJobState
 
+# The organization of every account the portal creates in Slurm: how the reconciler
+# tells its own accounts from those a site made by hand (it changes only its own).
+PORTAL_ORGANIZATION = "portal"
+
 
 @dataclass(frozen=True)
 class PartitionInfo:

@@ -7,6 +7,7 @@ import pytest
 from django import forms
 from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
 from django.contrib.auth.models import Permission
+from django.core.exceptions import ValidationError
 
 from accounts.ledger import allocation_adjust, allocation_grant, allocation_revoke, ledger_hold
 from accounts.models import Allocation, AllocationRequest, LedgerEntry, Project
@@ -209,6 +210,34 @@ def test_the_drift_report_lists_what_the_reconciler_would_change(client, manny, 
 
     with pytest.raises(NotFound):
         client_for(dev_cluster).account_users(account)  # the report changed nothing
+
+
+@pytest.mark.slurm
+def test_the_drift_report_shows_a_project_bound_to_an_account_made_by_hand(
+    client, manny, dev_cluster
+):
+    import subprocess
+    import uuid
+
+    account = f"h{uuid.uuid4().hex[:10]}"
+    subprocess.run(["sacctmgr", "-i", "add", "account", account], capture_output=True, check=True)
+    try:
+        project = project_create(slug=account, name="By hand", slurm_account=account)
+        allocation_grant(
+            project=project,
+            cluster=dev_cluster,
+            gpu_hours=1,
+            starts_on=TODAY,
+            ends_on=TODAY + dt.timedelta(days=3),
+            actor=manny,
+            reason="hand",
+        )
+        client.force_login(manny)
+        page = client.get("/admin/accounts/allocation/slurm-drift/").content.decode()
+        assert f"{account}: the Slurm account exists but the portal did not create it" in page
+        assert f"{account}: GrpTRESMins" not in page
+    finally:
+        subprocess.run(["sacctmgr", "-i", "delete", "account", account], capture_output=True)
 
 
 def test_a_researcher_cannot_see_the_drift_report(client, alice):
@@ -418,3 +447,36 @@ def test_staff_with_the_change_user_permission_set_posix_usernames(client, alice
     alice.refresh_from_db()
     assert alice.posix_username == "alice2"
     assert log_of(alice).user == admin
+
+
+@pytest.mark.parametrize(
+    ("login", "says"),
+    [
+        ("root", "root is a system account: jobs never run as it."),
+        ("daemon", "daemon is a system account here (uid 1, below 1000)"),
+        ("Root;", "A POSIX user name"),
+    ],
+)
+def test_the_console_refuses_root_and_system_accounts_as_posix_usernames(
+    client, alice, login, says
+):
+    admin = staff_with("ada", "view_user", "change_user")
+    client.force_login(admin)
+    url = f"/admin/accounts/user/{alice.pk}/change/"
+    response = client.post(url, form_data(client.get(url)) | {"posix_username": login})
+    assert response.status_code == 200
+    assert says in response.content.decode()
+    alice.refresh_from_db()
+    assert alice.posix_username == "alice"
+
+
+def test_a_project_cannot_be_bound_to_slurms_root_account(client, manny):
+    with pytest.raises(ValidationError, match="root is Slurm's top account"):
+        project_create(slug="rooted", name="Rooted", slurm_account="root")
+    client.force_login(manny)
+    data = form_data(client.get("/admin/accounts/project/add/"))
+    data |= {"name": "Rooted", "slug": "rooted", "slurm_account": "root"}
+    response = client.post("/admin/accounts/project/add/", data)
+    assert response.status_code == 200
+    assert "root is Slurm&#x27;s top account and no project&#x27;s" in response.content.decode()
+    assert not Project.objects.filter(slug="rooted").exists()

@@ -134,3 +134,26 @@ def test_a_member_without_a_posix_user_is_reported_not_added(project, dev_cluste
     report = reconcile(cluster=dev_cluster)
     assert any("nobody has no POSIX user name" in w for w in report.warnings)
     assert client_for(dev_cluster).account_users(project.slurm_account) == ["alice", "bob"]
+
+
+@pytest.mark.slurm
+def test_an_account_made_by_hand_is_refused_and_given_nothing(project, dev_cluster):
+    # Someone's account that exists in Slurm already; the project was bound to its name.
+    account = project.slurm_account
+    subprocess.run(["sacctmgr", "-i", "add", "account", account], capture_output=True, check=True)
+    client = client_for(dev_cluster)
+    assert client.account_organization(account) != "portal"
+    for dry_run in (True, False):
+        report = reconcile(cluster=dev_cluster, dry_run=dry_run)
+        assert only(report, project) == []
+        [error] = [e for e in report.errors if e.startswith(f"{account}:")]
+        assert "the portal did not create it" in error
+        assert "adds no users, associations or limits" in error
+    assert client.account_users(account) == []
+    assert client.gpu_minutes_limit(account) is None
+
+
+@pytest.mark.slurm
+def test_the_portals_own_accounts_are_marked_as_its_own(project, dev_cluster):
+    reconcile(cluster=dev_cluster)
+    assert client_for(dev_cluster).account_organization(project.slurm_account) == "portal"

@@ -1,7 +1,7 @@
 """The access tokens page: a new token is shown once, stored hashed, revocable by its owner."""
 
 from accounts.models import PersonalAccessToken
-from accounts.tokens import hash_token
+from accounts.tokens import hash_token, token_create
 
 
 def test_a_new_token_is_shown_once_and_only_its_hash_is_kept(client, alice):
@@ -40,3 +40,17 @@ def test_the_owner_revokes_a_token_and_others_get_a_404(client, alice, bob):
 
 def test_the_page_needs_a_login(client, db):
     assert client.get("/tokens/").status_code == 302
+
+
+def test_one_token_over_the_cap_is_refused_on_the_page_with_what_to_do(client, alice, settings):
+    settings.API_MAX_TOKENS_PER_USER = 20
+    for n in range(20):
+        token_create(user=alice, name=f"script {n}")
+    client.force_login(alice)
+    response = client.post("/tokens/", {"name": "one more", "expires_in_days": "7"})
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert 'id="error-__all__"' in html
+    assert "You already have 20 active access tokens, the most allowed." in html
+    assert "data-token>" not in html
+    assert not PersonalAccessToken.objects.filter(name="one more").exists()

@@ -29,3 +29,18 @@ def test_users_without_a_posix_username_can_coexist():
     user_create(username="manny", password="pw-manny-1234")
     user_create(username="mona", password="pw-mona-1234")
     assert User.objects.filter(posix_username=None).count() == 2
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("system", ["root", "nobody", "daemon", "bin"])
+def test_a_posix_username_is_never_root_or_a_system_account(system):
+    with pytest.raises(ValidationError, match="is a system account"):
+        user_create(username="someone", password="pw-some-1234", posix_username=system)
+    assert not User.objects.filter(username="someone").exists()
+
+
+@pytest.mark.django_db
+def test_a_login_unknown_on_the_web_host_is_left_to_the_worker():
+    # The web host need not know every user; the worker refuses unknown ones.
+    user = user_create(username="newcomer", password="pw-new-1234", posix_username="newcomer")
+    assert user.posix_username == "newcomer"

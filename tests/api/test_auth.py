@@ -139,19 +139,53 @@ def test_a_body_that_is_not_json_is_a_400(api, alice):
     assert error_of(response)["code"] == "parse_error"
 
 
-def test_too_many_requests_are_a_429_per_token(settings, alice):
+def bearer(plain: str) -> Client:
+    return Client(headers={"Authorization": f"Bearer {plain}"})
+
+
+def fresh_budget(*users) -> None:
+    cache.delete_many([f"throttle:api:user:{user.pk}" for user in users])
+
+
+def test_too_many_requests_are_a_429_and_a_users_second_token_shares_the_budget(settings, alice):
     settings.API_RATE = "3/min"
-    first, second = (token_create(user=alice, name=name) for name in ("cron", "laptop"))
-    cache.delete_many([f"throttle:api:token:{token.pk}" for token, _ in (first, second)])
-    cron = Client(headers={"Authorization": f"Bearer {first[1]}"})
+    (_, cron_plain), (_, laptop_plain) = (
+        token_create(user=alice, name=name) for name in ("cron", "laptop")
+    )
+    fresh_budget(alice)
+    cron = bearer(cron_plain)
     statuses = [cron.get("/api/v1/me/").status_code for _ in range(4)]
     assert statuses == [200, 200, 200, 429]
     response = cron.get("/api/v1/me/")
     assert error_of(response)["code"] == "throttled"
     assert int(response["Retry-After"]) > 0
-    # Each token has its own budget, though both are alice's.
-    laptop = Client(headers={"Authorization": f"Bearer {second[1]}"})
-    assert laptop.get("/api/v1/me/").status_code == 200
+    # A new token is no new budget: the limit is alice's, however she calls.
+    refused = bearer(laptop_plain).get("/api/v1/me/")
+    assert refused.status_code == 429
+    assert error_of(refused)["code"] == "throttled"
+    fresh_budget(alice)
+
+
+def test_a_browser_session_and_a_token_share_the_budget(settings, alice):
+    settings.API_RATE = "3/min"
+    _, plain = token_create(user=alice, name="cron")
+    fresh_budget(alice)
+    browser = Client()
+    browser.force_login(alice)
+    assert [browser.get("/api/v1/me/").status_code for _ in range(2)] == [200, 200]
+    script = bearer(plain)
+    assert [script.get("/api/v1/me/").status_code for _ in range(2)] == [200, 429]
+    assert browser.get("/api/v1/me/").status_code == 429
+    fresh_budget(alice)
+
+
+def test_another_user_has_a_budget_of_their_own(settings, alice, bob):
+    settings.API_RATE = "2/min"
+    alices, bobs = (bearer(token_create(user=user, name="cron")[1]) for user in (alice, bob))
+    fresh_budget(alice, bob)
+    assert [alices.get("/api/v1/me/").status_code for _ in range(3)] == [200, 200, 429]
+    assert [bobs.get("/api/v1/me/").status_code for _ in range(3)] == [200, 200, 429]
+    fresh_budget(alice, bob)
 
 
 def test_requests_without_credentials_have_their_own_limit(settings, anonymous):
@@ -161,6 +195,21 @@ def test_requests_without_credentials_have_their_own_limit(settings, anonymous):
     statuses = [anonymous.get("/api/schema/").status_code for _ in range(3)]
     assert statuses == [200, 200, 429]
     cache.delete("throttle:api:address:127.0.0.1")
+
+
+def test_a_users_calls_do_not_spend_the_anonymous_budget_of_their_address(
+    settings, anonymous, alice
+):
+    settings.API_RATE = "5/min"
+    settings.API_ANON_RATE = "2/min"
+    _, plain = token_create(user=alice, name="cron")
+    fresh_budget(alice)
+    cache.delete("throttle:api:address:127.0.0.1")
+    assert [bearer(plain).get("/api/v1/me/").status_code for _ in range(3)] == [200] * 3
+    statuses = [anonymous.get("/api/schema/").status_code for _ in range(3)]
+    assert statuses == [200, 200, 429]
+    cache.delete("throttle:api:address:127.0.0.1")
+    fresh_budget(alice)
 
 
 def test_slurm_unreachable_is_a_503_and_a_bug_stays_a_500():

@@ -106,3 +106,21 @@ def test_another_users_token_is_a_404_and_stays_alive(api, alice, bob):
     assert (
         Client(headers={"Authorization": f"Bearer {plain}"}).get("/api/v1/me/").status_code == 200
     )
+
+
+def test_one_token_over_the_cap_is_a_409_saying_the_cap_and_what_to_do(browser, alice):
+    for n in range(20):
+        token_create(user=alice, name=f"script {n}")
+    response = browser.post(
+        "/api/v1/tokens/", {"name": "one more"}, content_type="application/json"
+    )
+    assert response.status_code == 409
+    error = error_of(response)
+    assert error["code"] == "too_many_tokens" and error["limit"] == 20
+    assert "20 active access tokens" in error["message"] and "Revoke one" in error["message"]
+    assert PersonalAccessToken.objects.filter(user=alice).count() == 20
+    # Revoking one through the API frees its slot.
+    oldest = PersonalAccessToken.objects.filter(user=alice).order_by("id").first()
+    assert browser.delete(f"/api/v1/tokens/{oldest.pk}/").status_code == 204
+    again = browser.post("/api/v1/tokens/", {"name": "one more"}, content_type="application/json")
+    assert again.status_code == 201

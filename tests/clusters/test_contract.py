@@ -18,7 +18,7 @@ from clusters.models import Cluster
 from clusters.slurm import NotFound, SlurmRejected, SlurmUnavailable, client_for
 from clusters.slurm.rest import RestClient
 from clusters.slurm.states import SlurmJobState
-from clusters.slurm.types import SubmitRequest
+from clusters.slurm.types import PORTAL_ORGANIZATION, SubmitRequest
 from tests.conftest import DEV_CLUSTER, REPO, stack_value
 
 pytestmark = pytest.mark.slurm
@@ -285,6 +285,18 @@ def test_accounts_and_associations_are_ensured_once(client):
         assert client.ensure_user_association(user=USER, account=account) is False
         if limits_supported(client):
             assert client.gpu_minutes_used(account) == 0
+    finally:
+        subprocess.run(["sacctmgr", "-i", "delete", "account", account], capture_output=True)
+
+
+def test_an_accounts_organization_tells_the_portals_accounts_from_others(client):
+    account = f"c{uuid.uuid4().hex[:10]}"
+    with pytest.raises(NotFound):
+        client.account_organization(account)
+    try:
+        client.ensure_account(account, description="contract test")
+        assert client.account_organization(account) == PORTAL_ORGANIZATION
+        assert client.account_organization("root") == "root"  # made by Slurm, not us
     finally:
         subprocess.run(["sacctmgr", "-i", "delete", "account", account], capture_output=True)
 

@@ -1,10 +1,12 @@
 """job_submit on the live cluster: claimed once, submitted once, found again by its token."""
 
 import datetime as dt
+import subprocess
 
 import pytest
 from django.utils import timezone
 
+from accounts.models import User
 from accounts.selectors import project_balance
 from clusters.slurm import client_for
 from jobs.control import job_control
@@ -94,6 +96,50 @@ def test_slurms_refusal_is_final_keeps_its_message_and_releases_the_hold(
     assert project_balance(project).held_gpu_seconds == 0
     assert job.events.last().state == JobState.SUBMIT_FAILED
     assert job_submit(job_id=job.pk) is None
+
+
+@pytest.mark.parametrize(
+    ("login", "says"),
+    [
+        ("root", "Jobs never run as the system account 'root'"),
+        ("daemon", "The Unix login 'daemon' is a system account (uid 1, below PORTAL_MIN_UID"),
+        ("no-such-login", "The Unix login 'no-such-login' does not exist on the host"),
+    ],
+)
+def test_the_worker_refuses_a_job_whose_owner_maps_to_a_system_or_unknown_login(
+    project, alice, workdir, login, says
+):
+    job = job_create(user=alice, request=request_for(project, workdir))
+    # Set behind the console's back (the database, an identity provider): the worker
+    # trusts neither, and checks the name against its own host's user database.
+    User.objects.filter(pk=alice.pk).update(posix_username=login)
+    job_submit(job_id=job.pk)
+    job.refresh_from_db()
+    assert job.state == JobState.SUBMIT_FAILED
+    assert says in job.submit_error
+    assert job.events.last().detail.startswith(says[:20])
+    assert job.slurm_job_id is None
+    assert project_balance(project).held_gpu_seconds == 0
+    assert job.comment not in comments_in_slurm()
+
+
+def comments_in_slurm() -> str:
+    """Every job's comment that Slurm knows of today, whoever's (running or ended)."""
+    return subprocess.run(
+        ["sacct", "--allusers", "-X", "-n", "-P", "-o", "comment", "-S", "now-1days"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
+def test_the_lowest_uid_jobs_may_run_as_is_a_setting(project, alice, workdir, settings):
+    settings.MIN_UID = 1002  # alice is uid 1001 on the dev host
+    job = job_create(user=alice, request=request_for(project, workdir))
+    job_submit(job_id=job.pk)
+    job.refresh_from_db()
+    assert job.state == JobState.SUBMIT_FAILED
+    assert "PORTAL_MIN_UID=1002" in job.submit_error
 
 
 def test_a_dependent_job_waits_for_its_dependency_and_slurm_is_told(project, alice, workdir):

@@ -1,4 +1,4 @@
-"""Brute-force throttle of the web and admin log-in: per user name, per client address.
+"""Brute-force throttle of the web and admin log-in: per (user name, client address), per address.
 
 Every test has user names and addresses of its own: the counts live in the shared
 test Redis, where other test runs (and the other tests here) log in too.
@@ -60,7 +60,7 @@ def assert_refused(response, client: Client) -> None:
     assert "_auth_user_id" not in client.session
 
 
-def test_five_failures_lock_the_user_name_even_with_the_right_password(db):
+def test_five_failures_lock_the_user_name_at_that_address_even_with_the_right_password(db):
     user, client = new_user(), client_at(new_address())
     for _ in range(5):
         response = attempt(client, user, WRONG)
@@ -72,15 +72,29 @@ def test_five_failures_lock_the_user_name_even_with_the_right_password(db):
     assert_refused(attempt(client, user, password_of(user)), client)  # it stays locked
 
 
-def test_the_user_name_is_locked_from_every_address(db):
-    user = new_user()
+def test_a_guesser_at_one_address_cannot_lock_the_user_out_from_another(db):
+    user, guesser = new_user(), client_at(new_address())
     for _ in range(5):
-        attempt(client_at(new_address()), user, WRONG)
-    other = client_at(new_address())
-    assert_refused(attempt(other, user, password_of(user)), other)
+        attempt(guesser, user, WRONG)
+    assert_refused(attempt(guesser, user, password_of(user)), guesser)
     # The name is compared as a person types it: case and spacing make no new count.
-    shouted = client_at(new_address())
-    assert_refused(attempt(shouted, f" {user.username.upper()}", password_of(user)), shouted)
+    assert_refused(attempt(guesser, f" {user.username.upper()}", password_of(user)), guesser)
+    owner = client_at(new_address())
+    response = attempt(owner, user, password_of(user))
+    assert response.status_code == 302
+    assert owner.session["_auth_user_id"] == str(user.pk)
+    # The owner's success elsewhere lifts nothing at the guesser's address.
+    assert_refused(attempt(guesser, user, password_of(user)), guesser)
+
+
+def test_failures_for_one_name_from_many_addresses_do_not_add_up(db):
+    user = new_user()
+    addresses = [new_address() for _ in range(3)]
+    for address in addresses:
+        for _ in range(4):
+            assert attempt(client_at(address), user, WRONG).status_code == 200
+    for address in addresses:
+        assert login_lockout(username=user.username, address=address) is None
 
 
 def test_a_success_clears_the_user_names_count(db):
@@ -171,7 +185,9 @@ def test_concurrent_failures_are_all_counted(db):
         thread.start()
     for thread in threads:
         thread.join()
-    assert login_lockout(username=username, address=new_address()) is not None
+    assert login_lockout(username=username, address=address) is not None
+    # The lock is the name's at that address only.
+    assert login_lockout(username=username, address=new_address()) is None
 
 
 def test_without_the_cache_log_in_still_works_and_says_so(db, settings, caplog):
