@@ -42,7 +42,13 @@ def test_a_worker_killed_mid_ingest_and_mid_burst_loses_nothing_and_does_nothing
     first = make_project(members={alice: "pi"})
     second = make_project(members={alice: "pi"})
     db = connection.settings_dict
-    locker = psycopg.connect(host=db["HOST"], port=db["PORT"], user=db["USER"], dbname=db["NAME"])
+    locker = psycopg.connect(
+        host=db["HOST"],
+        port=db["PORT"],
+        user=db["USER"],
+        password=db["PASSWORD"],
+        dbname=db["NAME"],
+    )
     with running_worker(beat=True, **FAST_CLAIM) as (_, _, worker):
         # The first project's jobs get the lower Slurm ids; the ingest charges the
         # highest first, so it charges the second project's and then waits for the first's.

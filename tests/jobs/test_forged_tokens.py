@@ -12,6 +12,8 @@ the invariant check lists it as a warning without failing. Through both backends
 
 import datetime as dt
 import subprocess
+import uuid
+from contextlib import contextmanager
 
 import pytest
 from django.utils import timezone
@@ -60,6 +62,19 @@ def sbatch_as(user: str, account: str, comment: str, *, seconds: int = 2) -> int
 def alices_job(vision, workdir, alice, *, seconds: int) -> Job:
     request = request_for(vision, workdir, script=f"sleep {seconds}\n", name="alices")
     return job_create(user=alice, request=request)
+
+
+@contextmanager
+def nobody_takes_submissions():
+    """Jobs created meanwhile are enqueued where no worker listens."""
+    from portal.celery import app
+
+    listened = app.conf.task_default_queue
+    app.conf.task_default_queue = f"unheard-{uuid.uuid4().hex[:8]}"
+    try:
+        yield
+    finally:
+        app.conf.task_default_queue = listened
 
 
 def forge(job: Job, vision, genomics) -> dict[str, int]:
@@ -157,7 +172,8 @@ def test_a_forged_job_is_never_taken_for_one_whose_id_was_not_recorded(
     are the forgers'. Neither the accounting ingest nor the submission's retry takes
     one of them for hers; the retry submits her job itself."""
     cluster, vision, genomics = setting
-    job = alices_job(vision, workdir, alice, seconds=1)
+    with nobody_takes_submissions():  # a worker of the session must not submit it first
+        job = alices_job(vision, workdir, alice, seconds=1)
     Job.objects.filter(pk=job.pk).update(
         state=JobState.SUBMITTING, submit_attempts=1, claimed_until=timezone.now()
     )
