@@ -60,8 +60,11 @@ def sbatch_as(user: str, account: str, comment: str, *, seconds: int = 2) -> int
 
 
 def alices_job(vision, workdir, alice, *, seconds: int) -> Job:
+    """Saved, not submitted: each test submits it (or not) itself, so a worker of the
+    session must not take it first."""
     request = request_for(vision, workdir, script=f"sleep {seconds}\n", name="alices")
-    return job_create(user=alice, request=request)
+    with nobody_takes_submissions():
+        return job_create(user=alice, request=request)
 
 
 @contextmanager
@@ -172,8 +175,7 @@ def test_a_forged_job_is_never_taken_for_one_whose_id_was_not_recorded(
     are the forgers'. Neither the accounting ingest nor the submission's retry takes
     one of them for hers; the retry submits her job itself."""
     cluster, vision, genomics = setting
-    with nobody_takes_submissions():  # a worker of the session must not submit it first
-        job = alices_job(vision, workdir, alice, seconds=1)
+    job = alices_job(vision, workdir, alice, seconds=1)
     Job.objects.filter(pk=job.pk).update(
         state=JobState.SUBMITTING, submit_attempts=1, claimed_until=timezone.now()
     )
