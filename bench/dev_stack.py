@@ -3,6 +3,8 @@
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 STACK = Path(__file__).resolve().parent.parent / "dev" / "stack"
@@ -32,3 +34,20 @@ def slurm(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         list(argv), capture_output=True, text=True, check=False, env=slurm_environment()
     )
+
+
+@contextmanager
+def no_job_starts(partition: str) -> Iterator[None]:
+    """The partition's nodes drained meanwhile: the benchmark's jobs wait in the queue
+    (eligible, so accounting lists them once they end) and none starts. A job starting
+    and ending costs this machine more CPU than its submission (about 50 ms against
+    sbatch's 12), and left to run, the jobs of one timed run would be paid for by
+    whichever run came next."""
+    nodes = slurm("sinfo", "--noheader", f"--partition={partition}", "-o", "%N").stdout.strip()
+    drained = slurm("scontrol", "update", f"nodename={nodes}", "state=drain", "reason=benchmark")
+    if drained.returncode != 0:
+        raise SystemExit(f"could not drain {nodes}: {drained.stderr.strip()}")
+    try:
+        yield
+    finally:
+        slurm("scontrol", "update", f"nodename={nodes}", "state=resume")

@@ -56,7 +56,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -65,7 +64,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from bench import own_database, web_server  # noqa: E402
 from bench.cpu import cpu_s, machine_busy_s, named_cpu_s  # noqa: E402
-from bench.dev_stack import slurm, wait_for_stack  # noqa: E402
+from bench.dev_stack import no_job_starts, slurm, wait_for_stack  # noqa: E402
 
 # The worker gets the same database from the tests' running_worker.
 BENCH_DATABASE = "portal_bench_submit"
@@ -109,24 +108,6 @@ def clear(account: str, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while queued(account) and time.monotonic() < deadline:
         time.sleep(0.2)
-
-
-@contextlib.contextmanager
-def no_job_starts(partition: str) -> Iterator[None]:
-    """The partition's nodes drained while the runs are timed: every job of both runs
-    waits in the queue and none starts. A job starting and ending costs this machine
-    more CPU than its submission (about 50 ms against sbatch's 12), and left to run,
-    the jobs of one run would be paid for by whichever run came next, not measured."""
-    nodes = slurm("sinfo", "--noheader", f"--partition={partition}", "-o", "%N").stdout.strip()
-    drained = slurm(
-        "scontrol", "update", f"nodename={nodes}", "state=drain", "reason=bench/submit.py"
-    )
-    if drained.returncode != 0:
-        raise SystemExit(f"could not drain {nodes}: {drained.stderr.strip()}")
-    try:
-        yield
-    finally:
-        slurm("scontrol", "update", f"nodename={nodes}", "state=resume")
 
 
 def raw_sbatch(request: SubmitRequest) -> int:

@@ -4,8 +4,8 @@ A submission's retry looks its token up in Slurm (the queue, then accounting) be
 it submits again. The look-up reads the owner's jobs under the project's account
 since the job was saved (``find_by_comment``), not everyone's last 14 days. This
 times it, for each adapter, on the dev cluster as it is and again after adding
-``--history`` ended jobs of another user and account (submitted held, cancelled:
-each leaves one accounting record), beside the 14-day read of all accounting
+``--history`` ended jobs of another user and account (queued on a drained node and
+cancelled: each leaves one accounting record), beside the 14-day read of all accounting
 that the look-up used to make, measured in the same run.
 
     .venv/bin/python bench/token_lookup.py [--history 20000] [--repeat 5]
@@ -18,11 +18,9 @@ import argparse
 import datetime as dt
 import json
 import os
-import statistics
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -33,7 +31,8 @@ import django
 
 django.setup()
 
-from bench.dev_stack import STACK, slurm, wait_for_stack  # noqa: E402
+from bench.dev_stack import STACK, no_job_starts, slurm, wait_for_stack  # noqa: E402
+from bench.slurm_client import median_ms  # noqa: E402
 from clusters.models import Cluster  # noqa: E402
 from clusters.slurm import client_for  # noqa: E402
 from clusters.slurm.protocol import SlurmClient  # noqa: E402
@@ -92,32 +91,26 @@ def target_job(cli: SlurmClient) -> tuple[SubmitRequest, int, dt.datetime]:
 
 
 def add_history(count: int) -> None:
-    """``count`` ended jobs of another user and account, in batches of held jobs."""
+    """``count`` ended jobs of another user and account: queued in batches on a drained
+    node (eligible, so accounting's time window lists them, unlike held jobs) and
+    cancelled."""
     before = accounted(HISTORY_NAME, HISTORY_USER)
     done = 0
-    while done < count:
-        batch = min(BATCH, count - done)
-        for _ in range(batch):
-            slurm("sbatch", "--hold", f"--account={HISTORY_ACCOUNT}", "--partition=debug",
-                  f"--job-name={HISTORY_NAME}", "--output=/dev/null", "--chdir=/tmp",
-                  f"--comment={comment_for(uuid.uuid4())}", "--wrap=true")  # fmt: skip
-        slurm("scancel", f"--user={HISTORY_USER}", f"--name={HISTORY_NAME}")
-        done += batch
-        print(f"  {done}/{count} history jobs", file=sys.stderr)
+    with no_job_starts("debug"):
+        while done < count:
+            batch = min(BATCH, count - done)
+            for _ in range(batch):
+                slurm("sbatch", f"--account={HISTORY_ACCOUNT}", "--partition=debug",
+                      f"--job-name={HISTORY_NAME}", "--output=/dev/null", "--chdir=/tmp",
+                      f"--comment={comment_for(uuid.uuid4())}", "--wrap=true")  # fmt: skip
+            slurm("scancel", f"--user={HISTORY_USER}", f"--name={HISTORY_NAME}")
+            done += batch
+            print(f"  {done}/{count} history jobs", file=sys.stderr)
     deadline = time.monotonic() + 600
     while accounted(HISTORY_NAME, HISTORY_USER) < before + count:
         if time.monotonic() > deadline:
             raise SystemExit("the history jobs did not reach accounting in 10 minutes")
         time.sleep(1)
-
-
-def median_ms(action: Callable[[], object], repeat: int) -> float:
-    timings = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        action()
-        timings.append((time.perf_counter() - started) * 1000)
-    return statistics.median(timings)
 
 
 def measure(found: dict[str, SlurmClient], target, repeat: int) -> dict[str, float]:

@@ -42,6 +42,7 @@ from clusters.slurm.types import (
     QueueEntry,
     StartEstimate,
     SubmitRequest,
+    ids_with_comment,
 )
 
 
@@ -166,15 +167,8 @@ class CliClient:
     def find_by_comment(
         self, comment: str, *, user: str, account: str, since: dt.datetime
     ) -> list[int]:
-        # An array's tasks share its comment; the array's own id is what submit returned.
         def ids(entries: list[QueueEntry] | list[AccountingEntry]) -> list[int]:
-            return sorted(
-                {
-                    e.array_job_id or e.job_id
-                    for e in entries
-                    if e.comment == comment and e.user == user and e.account == account
-                }
-            )
+            return ids_with_comment(entries, comment=comment, user=user, account=account)
 
         mine = [f"--user={user}", f"--account={account}"]
         queued = ids(self._queue(*mine))

@@ -43,6 +43,7 @@ from clusters.slurm.types import (
     QueueEntry,
     StartEstimate,
     SubmitRequest,
+    ids_with_comment,
 )
 
 # Added to the accounting window: it is counted on slurmrestd's clock, not ours.
@@ -229,14 +230,7 @@ class RestClient:
         self, comment: str, *, user: str, account: str, since: dt.datetime
     ) -> list[int]:
         def ids(entries: list[QueueEntry] | list[AccountingEntry]) -> list[int]:
-            # Each task of an array carries the comment; the array's id is what submit returned.
-            return sorted(
-                {
-                    e.array_job_id or e.job_id
-                    for e in entries
-                    if e.comment == comment and e.user == user and e.account == account
-                }
-            )
+            return ids_with_comment(entries, comment=comment, user=user, account=account)
 
         queued = ids(self.queue())
         if queued:

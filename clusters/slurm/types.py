@@ -98,3 +98,18 @@ class StartEstimate:
 
     starts_at: dt.datetime | None
     nodes: str
+
+
+def ids_with_comment(
+    entries: list[QueueEntry] | list[AccountingEntry], *, comment: str, user: str, account: str
+) -> list[int]:
+    """Ids, lowest first, of the jobs among ``entries`` that ``user`` ran under ``account``
+    with exactly ``comment``. An array's tasks share its comment and count once, as the
+    array's own id (what submit returned)."""
+    return sorted(
+        {
+            e.array_job_id or e.job_id
+            for e in entries
+            if e.comment == comment and e.user == user and e.account == account
+        }
+    )
