@@ -62,10 +62,11 @@ def burn_down(
     forecast = [(x(today), y(available_gpu_seconds))]
     if rate > 0 and available_gpu_seconds > 0:
         days_left = available_gpu_seconds / rate
-        runs_out = today + dt.timedelta(days=int(days_left))
-        if runs_out < ends_on:
-            runs_out_on = runs_out
-            forecast.append((x(runs_out), y(0)))
+        # Compared as a number of days first: at a tiny rate the run-out day lies past the
+        # year 9999, which no date can hold (a 500 on the dashboard, once).
+        if days_left < (ends_on - today).days:
+            runs_out_on = today + dt.timedelta(days=int(days_left))
+            forecast.append((x(runs_out_on), y(0)))
         else:
             forecast.append((x(ends_on), y(available_gpu_seconds - rate * (ends_on - today).days)))
     elif available_gpu_seconds > 0:
