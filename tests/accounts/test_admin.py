@@ -185,21 +185,27 @@ def test_a_researcher_cannot_reach_the_console(client, alice, allocation):
     assert client.get(f"/admin/accounts/allocation/{allocation.pk}/adjust/").status_code == 302
 
 
-@pytest.mark.slurm
-def test_the_drift_report_lists_what_the_reconciler_would_change(client, manny, dev_cluster):
-    import uuid
-
-    account = f"d{uuid.uuid4().hex[:10]}"
-    project = project_create(slug=account, name="Drift", slurm_account=account)
+def granted_project(account: str, *, cluster, manny) -> Project:
+    """A project on ``account`` with one GPU-hour on the cluster for three days."""
+    project = project_create(slug=account, name=f"Drift {account}", slurm_account=account)
     allocation_grant(
         project=project,
-        cluster=dev_cluster,
+        cluster=cluster,
         gpu_hours=1,
         starts_on=TODAY,
         ends_on=TODAY + dt.timedelta(days=3),
         actor=manny,
         reason="drift",
     )
+    return project
+
+
+@pytest.mark.slurm
+def test_the_drift_report_lists_what_the_reconciler_would_change(client, manny, dev_cluster):
+    import uuid
+
+    account = f"d{uuid.uuid4().hex[:10]}"
+    granted_project(account, cluster=dev_cluster, manny=manny)
     client.force_login(manny)
     assert b"Slurm drift" in client.get("/admin/accounts/allocation/").content
     response = client.get("/admin/accounts/allocation/slurm-drift/")
@@ -222,16 +228,7 @@ def test_the_drift_report_shows_a_project_bound_to_an_account_made_by_hand(
     account = f"h{uuid.uuid4().hex[:10]}"
     subprocess.run(["sacctmgr", "-i", "add", "account", account], capture_output=True, check=True)
     try:
-        project = project_create(slug=account, name="By hand", slurm_account=account)
-        allocation_grant(
-            project=project,
-            cluster=dev_cluster,
-            gpu_hours=1,
-            starts_on=TODAY,
-            ends_on=TODAY + dt.timedelta(days=3),
-            actor=manny,
-            reason="hand",
-        )
+        granted_project(account, cluster=dev_cluster, manny=manny)
         client.force_login(manny)
         page = client.get("/admin/accounts/allocation/slurm-drift/").content.decode()
         assert f"{account}: the Slurm account exists but the portal did not create it" in page
