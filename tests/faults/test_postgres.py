@@ -3,12 +3,13 @@ tasks that meet the restart fail or retry, the sweeper picks their jobs up, no j
 left in new/submitting, each reaches Slurm once, the invariants hold.
 
 Other engineers share the machine's PostgreSQL, so this test never touches it: it
-starts its own (initdb into a temporary directory, port 55432) and runs the portal's
+starts its own (initdb into a temporary directory, on a free port) and runs the portal's
 processes — the worker and the web side's job creation — against that one."""
 
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -22,8 +23,17 @@ from tests.factories import wait_for
 
 pytestmark = [pytest.mark.fault, pytest.mark.slurm]
 
-PORT = 55432
 DATABASE = "portal_faults_pg"
+
+
+def free_port() -> int:
+    """A port nobody listens on now: a fixed one fails the run when a stray server holds it."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+PORT = free_port()
 # The portal's own role, as on the shared server: no superuser (portal.E005 stops migrate).
 URL = f"postgresql://portal@127.0.0.1:{PORT}/{DATABASE}"
 
@@ -41,7 +51,13 @@ def private_postgres():
     options = f"-p {PORT} -k {home} -c listen_addresses=127.0.0.1 -c fsync=off"
     pg_ctl = [str(binaries / "pg_ctl"), "-D", str(data), "-l", str(home / "log"), "-o", options]
     as_postgres(str(binaries / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres")
-    as_postgres(*pg_ctl, "-w", "start")
+    try:
+        as_postgres(*pg_ctl, "-w", "start")
+    except subprocess.CalledProcessError:
+        log = home / "log"
+        printed = log.read_text() if log.exists() else "(no log)"
+        shutil.rmtree(home, ignore_errors=True)
+        pytest.fail(f"the private PostgreSQL did not start:\n{printed}")
     try:
         server = ["-h", "127.0.0.1", "-p", str(PORT)]
         as_postgres(str(binaries / "createuser"), *server, "--createdb", "portal")
