@@ -68,7 +68,7 @@ def check_clusters(app_configs, databases=None, **kwargs):
                     f"Cluster {cluster.name!r}: the JWT key {cluster.jwt_key_file!r} is not "
                     "readable, so the portal cannot mint tokens for slurmrestd.",
                     hint="Point 'JWT key file' at the cluster's jwt_hs256.key and let the "
-                    "portal's user read it.",
+                    "workers' user read it (never the web tier's: docs/DEPLOYMENT.md).",
                     id="clusters.E005",
                 )
             )

@@ -1,24 +1,28 @@
 """Reading a job's stdout/stderr without showing anything its owner could not read.
 
-The portal reads as itself (often root), so it checks what it opened rather
-than what the path said: the folder is opened first and its real location
-(after every symlink) must be inside the owner's roots; the file is then
-opened inside that folder without following a symlink, and must be a regular
-file owned by the owner. A symlink swapped in between the check and the
+This runs in a worker (``read_output_of``, behind ``jobs.tasks.job_output_task``): the
+web tier cannot read a user's files at all. The worker reads as itself (often root),
+so it checks what it opened rather than what the path said: the folder is opened
+first and its real location (after every symlink) must be inside the owner's roots;
+the file is then opened inside that folder without following a symlink, and must be a
+regular file owned by the owner. A symlink swapped in between the check and the
 open cannot redirect the read.
 """
 
 import errno
 import os
+import pwd
 import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from django.conf import settings
 from django.utils.translation import gettext as _
 
+from accounts.posix import posix_login_refusal
 from jobs.errors import OutputUnavailable
-from jobs.paths import is_inside
+from jobs.paths import allowed_roots, is_inside
 
 # What Slurm writes for %a when the job is not an array (its NO_VAL).
 _NO_ARRAY_TASK = 4294967294
@@ -201,3 +205,24 @@ def read_output(
         truncated = truncated or shown != text
         text = shown
     return OutputText(text=text, size_bytes=info.st_size, truncated=truncated)
+
+
+def read_output_of(posix_user: str, path: str, *, tail_lines: int | None = None) -> OutputText:
+    """The end of ``path`` (expanded) if it is ``posix_user``'s to read, as ``read_output``
+    decides: inside the login's allowed roots, a regular file the login owns. Never for
+    root or a system account, whoever asks."""
+    try:
+        owner_uid = pwd.getpwnam(posix_user).pw_uid
+    except (KeyError, ValueError):  # ValueError: a NUL in the name
+        raise OutputUnavailable(
+            _("The Unix login %(login)s no longer exists.") % {"login": posix_user}
+        ) from None
+    if refusal := posix_login_refusal(posix_user):
+        raise OutputUnavailable(refusal)
+    return read_output(
+        path,
+        owner_uid=owner_uid,
+        roots=allowed_roots(posix_user, settings.JOB_ROOTS),
+        tail_lines=tail_lines,
+        max_bytes=settings.JOB_OUTPUT_MAX_BYTES,
+    )

@@ -1,6 +1,5 @@
 """Reads of jobs that pages and the API share, scoped to the user who asks."""
 
-import pwd
 from collections.abc import Collection
 
 from django.conf import settings
@@ -8,7 +7,7 @@ from django.db.models import Q, QuerySet
 from django.utils.translation import gettext as _
 
 from accounts.models import Membership, User
-from jobs import output, paths
+from jobs import output, worker_calls
 from jobs.errors import OutputUnavailable
 from jobs.models import Job, JobTemplate
 from jobs.requests import templates_visible_to
@@ -83,23 +82,17 @@ def job_output(
     tail_lines: int | None = None,
     array_task: int | None = None,
 ) -> output.OutputText:
-    """The job's stdout or stderr, read as safely as DESIGN "Safe scripts" asks: only a
-    regular file owned by the job's owner, inside their allowed roots, never via a link."""
+    """The job's stdout or stderr, read by a worker as safely as DESIGN "Safe scripts"
+    asks: only a regular file owned by the job's owner, inside their allowed roots, never
+    via a link. OutputUnavailable says why not."""
     if stream not in ("stdout", "stderr"):
         raise ValueError("stream is stdout or stderr")
     posix_user = job.owner.posix_username
     if not posix_user:
         raise OutputUnavailable(_("The job's owner has no Unix login any more."))
-    try:
-        owner_uid = pwd.getpwnam(posix_user).pw_uid
-    except KeyError:
-        raise OutputUnavailable(
-            _("The Unix login %(login)s no longer exists.") % {"login": posix_user}
-        ) from None
-    return output.read_output(
-        _output_path(job, stream, array_task),
-        owner_uid=owner_uid,
-        roots=paths.allowed_roots(posix_user, settings.JOB_ROOTS),
+    return worker_calls.output_of(
+        posix_user=posix_user,
+        path=_output_path(job, stream, array_task),
         tail_lines=tail_lines,
-        max_bytes=settings.JOB_OUTPUT_MAX_BYTES,
+        timeout_s=settings.OUTPUT_TIMEOUT_S,
     )

@@ -22,22 +22,21 @@ from accounts.requests import is_allocation_manager
 from audit.models import AuditEvent
 from audit.services import audit_record
 from clusters.selectors import cluster_status
-from clusters.slurm import SlurmError, SlurmUnavailable, client_for
+from clusters.slurm import SlurmUnavailable
 from jobs.errors import JobInvalid
 from jobs.models import Job, JobEvent, JobTemplate
 from jobs.requests import JobRequest, PreparedJob, job_prepare
 from jobs.states import TERMINAL_STATES, JobState
-from jobs.submission import pause, paused, submit_request_for
+from jobs.submission import (
+    ESTIMATE_PAUSE_S,
+    estimates_paused_key,
+    pause,
+    paused,
+    submit_request_for,
+)
+from jobs.worker_calls import expected_start as expected_start_from_worker
 
 logger = logging.getLogger(__name__)
-
-
-# How long estimates skip asking Slurm for a start time after it did not answer one.
-ESTIMATE_PAUSE_S = 30
-
-
-def estimates_paused_key(cluster_id: int) -> str:
-    return f"jobs:no-estimate:{cluster_id}"
 
 
 def job_event_add(
@@ -170,8 +169,8 @@ class Estimate:
 
 def job_estimate(*, user: User, request: JobRequest) -> Estimate:
     """The same checks and cost as ``job_create``, saving nothing; Slurm's expected start
-    when the cluster answers within ``PORTAL_ESTIMATE_TIMEOUT_S``. A cluster the workers'
-    last probe found down is not asked at all."""
+    when a worker gets it within ``PORTAL_ESTIMATE_TIMEOUT_S`` (the web tier never asks
+    Slurm itself). A cluster the workers' last probe found down is not asked at all."""
     prepared = job_prepare(user=user, request=request, submit_token="estimate")  # noqa: S106
     allocation = _allocation_for(prepared)
     expected_start = None
@@ -183,17 +182,16 @@ def job_estimate(*, user: User, request: JobRequest) -> Estimate:
             raise SlurmUnavailable(unreachable)
         if reason := paused(no_estimates):
             raise SlurmUnavailable(reason)
-        client = client_for(prepared.cluster, timeout_s=settings.ESTIMATE_TIMEOUT_S)
-        estimate = client.estimate_start(submit_request_for(prepared))
-        expected_start = estimate.starts_at
+        expected_start = expected_start_from_worker(
+            cluster_id=prepared.cluster.pk,
+            request=submit_request_for(prepared),
+            timeout_s=settings.ESTIMATE_TIMEOUT_S,
+        )
     except SlurmUnavailable as error:
-        # Each estimate that waits out the timeout holds a web worker that long: after
-        # one, the others go without Slurm's guess for a while (DESIGN: the web tier
-        # only makes cheap look-ups of Slurm).
+        # Each estimate that waits out the deadline holds a web worker that long: after
+        # one, the others go without Slurm's guess for a while.
         if not unreachable:
             pause(no_estimates, str(error), seconds=ESTIMATE_PAUSE_S)
-        logger.info("no start estimate from %s: %s", prepared.cluster, error)
-    except SlurmError as error:
         logger.info("no start estimate from %s: %s", prepared.cluster, error)
     available = allocation.available_gpu_seconds
     return Estimate(

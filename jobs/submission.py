@@ -20,7 +20,8 @@ from redis.exceptions import RedisError
 
 from accounts import ledger
 from accounts.posix import posix_login_refusal
-from clusters.slurm import SlurmRejected, SlurmUnavailable, client_for
+from clusters.models import Cluster
+from clusters.slurm import SlurmError, SlurmRejected, SlurmUnavailable, client_for
 from clusters.slurm.types import SubmitRequest
 from jobs import scripts
 from jobs.models import Job, JobEvent
@@ -67,6 +68,37 @@ def paused(key: str) -> str | None:
 def pause(key: str, reason: str, *, seconds: int) -> None:
     with contextlib.suppress(RedisError):
         cache.add(key, reason, timeout=seconds)
+
+
+# How long estimates skip asking Slurm for a start time after it did not answer one.
+ESTIMATE_PAUSE_S = 30
+
+
+def estimates_paused_key(cluster_id: int) -> str:
+    return f"jobs:no-estimate:{cluster_id}"
+
+
+def start_estimate(
+    *, cluster_id: int, request: SubmitRequest, timeout_s: float
+) -> dt.datetime | None:
+    """Slurm's expected start of ``request`` (``sbatch --test-only`` as its user), asked in
+    a worker for the web tier's estimate; None when Slurm gives none in ``timeout_s``
+    (then estimates pause a while: each one that waits holds a web worker)."""
+    if refusal := posix_login_refusal(request.user):
+        logger.info("no start estimate: %s", refusal)
+        return None
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    if cluster is None:
+        return None
+    timeout_s = min(timeout_s, settings.ESTIMATE_TIMEOUT_S)
+    try:
+        return client_for(cluster, timeout_s=timeout_s).estimate_start(request).starts_at
+    except SlurmUnavailable as error:
+        pause(estimates_paused_key(cluster_id), str(error), seconds=ESTIMATE_PAUSE_S)
+        logger.info("no start estimate from %s: %s", cluster, error)
+    except SlurmError as error:
+        logger.info("no start estimate from %s: %s", cluster, error)
+    return None
 
 
 def _environment(posix_user: str, spec: scripts.JobSpec) -> dict[str, str]:

@@ -1,17 +1,28 @@
 """Thin Celery wrappers over the job services; every one is safe to run twice."""
 
+import dataclasses
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from celery import shared_task
 from django.db import DatabaseError, connection
+from django.utils import translation
 
 from clusters.models import Cluster
 from clusters.selectors import clusters_enabled
 from clusters.slurm import SlurmUnavailable
+from clusters.slurm.types import SubmitRequest
 from jobs.control import job_control
-from jobs.submission import ClaimedElsewhere, DependencyNotReady, job_submit, jobs_to_sweep
+from jobs.errors import OutputUnavailable
+from jobs.output import read_output_of
+from jobs.submission import (
+    ClaimedElsewhere,
+    DependencyNotReady,
+    job_submit,
+    jobs_to_sweep,
+    start_estimate,
+)
 from jobs.sync import accounting_sync, queue_sync
 
 logger = logging.getLogger(__name__)
@@ -130,3 +141,26 @@ def accounting_ingest_task(cluster_id: int) -> None:
 def accounting_ingest_all_task() -> None:
     for cluster_id in clusters_enabled().values_list("id", flat=True):
         accounting_ingest_task.delay(cluster_id)
+
+
+# What the web tier waits on (jobs/worker_calls.py). No late acknowledgement: after a
+# lost worker the question is not asked again, its asker has long given up.
+
+
+@shared_task(ignore_result=False, acks_late=False)
+def job_start_estimate_task(*, cluster_id: int, request: dict, timeout_s: float) -> dict:
+    submit = SubmitRequest(**{**request, "after_ok": tuple(request["after_ok"])})
+    starts_at = start_estimate(cluster_id=cluster_id, request=submit, timeout_s=timeout_s)
+    return {"starts_at": starts_at.isoformat() if starts_at else None}
+
+
+@shared_task(ignore_result=False, acks_late=False)
+def job_output_task(
+    *, posix_user: str, path: str, tail_lines: int | None, language: str | None
+) -> dict:
+    with translation.override(language):
+        try:
+            text = read_output_of(posix_user, path, tail_lines=tail_lines)
+        except OutputUnavailable as why:
+            return {"unavailable": str(why)}
+    return dataclasses.asdict(text)

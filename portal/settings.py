@@ -351,6 +351,10 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_IGNORE_RESULT = True
+# The few tasks the web tier waits on (jobs/worker_calls.py: an estimate's start, a job's
+# output) keep their result in Redis, briefly; every other task keeps none.
+CELERY_RESULT_BACKEND = CELERY_BROKER_URL
+CELERY_RESULT_EXPIRES = 300
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -445,6 +449,8 @@ JOB_SUBMIT_CLAIM_S = env_int("PORTAL_JOB_SUBMIT_CLAIM_S", 90, minimum=10)
 # Slurm writes late (a job's end) are not missed.
 ACCOUNTING_OVERLAP_S = env_int("PORTAL_ACCOUNTING_OVERLAP_S", 300, minimum=0)
 ESTIMATE_TIMEOUT_S = env_int("PORTAL_ESTIMATE_TIMEOUT_S", 3, minimum=1)
+# How long a page or API call waits for a worker to read a job's output for it.
+OUTPUT_TIMEOUT_S = env_int("PORTAL_OUTPUT_TIMEOUT_S", 5, minimum=1)
 
 # Slurm. Clusters themselves are rows in the database (admin console or
 # seed_demo); these settings say how the worker reaches them.

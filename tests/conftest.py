@@ -102,9 +102,11 @@ def _slurm_marked_tests_need_the_stack(request):
 
 
 @pytest.fixture
-def dev_cluster(db, slurm_stack):
+def dev_cluster(db, slurm_stack, celery_worker):
     """The dev cluster registered with the partitions Slurm reports, probed as beat
-    would (estimates ask a cluster only when its last probe found it up)."""
+    would (estimates ask a cluster only when its last probe found it up), with the
+    session's worker running: the web tier asks a worker for what only workers may do
+    (an estimate's start, a job's output)."""
     from clusters.services import cluster_probe, cluster_register, partitions_sync
 
     cluster = cluster_register(name=DEV_CLUSTER)

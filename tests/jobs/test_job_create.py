@@ -171,6 +171,7 @@ def test_another_users_template_is_not_offered(project, alice, bob, workdir):
     assert "template" in refusal.value.fields
 
 
+@pytest.mark.django_db(transaction=True)  # the worker that asks Slurm reads the cluster
 def test_an_estimate_has_the_cost_and_slurms_start_time_and_saves_nothing(
     make_project, alice, workdir
 ):
@@ -189,6 +190,7 @@ def test_an_estimate_has_the_cost_and_slurms_start_time_and_saves_nothing(
     assert too_big.fits is False
 
 
+@pytest.mark.django_db(transaction=True)
 def test_once_slurm_missed_an_estimates_deadline_the_next_ones_do_not_wait_for_it(
     make_project, dev_cluster, alice, workdir, settings
 ):

@@ -217,7 +217,7 @@ def _module_world(django_db_setup, django_db_blocker) -> Iterator[World]:
 
 
 @pytest.fixture
-def world(_module_world, db) -> World:
+def world(_module_world, db, celery_worker) -> World:
     return _module_world
 
 

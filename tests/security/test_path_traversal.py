@@ -131,8 +131,10 @@ def _module_world(django_db_setup, django_db_blocker):
 
 
 @pytest.fixture
-def world(_module_world, db, settings) -> World:
+def world(_module_world, db, settings, celery_worker) -> World:
     settings.API_RATE = None
+    # The session's worker reads the output (the web tier cannot read anyone's files)
+    # with its own settings: these same roots, its defaults.
     settings.JOB_ROOTS = ["{home}", "/scratch/{user}"]
     return _module_world
 

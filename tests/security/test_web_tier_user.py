@@ -1,0 +1,147 @@
+"""The web tier holds no run-as rights (DESIGN "Trust boundaries").
+
+dev/portal runs the web server as a user of its own (``portal-web``, made by dev/stack):
+not root, no sudo, no Slurm key, no one's files. What needs those rights — an estimate's
+expected start (sbatch --test-only as the researcher) and a job's output (a file only its
+owner may read) — a worker does while the request waits. Here the real web server runs
+as that user against the test database and the session's worker: the composer's
+estimate, the job page's output tail and /healthz work, while that user itself cannot
+read alice's files, act as her, or read the keys."""
+
+import os
+import pwd
+import socket
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.test import Client
+
+from accounts.tokens import token_create
+from tests.api.conftest import make_job
+from tests.conftest import REPO
+
+pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
+
+WEB_USER = "portal-web"
+STACK_DIR = Path(os.environ.get("PORTAL_STACK_DIR", "/var/lib/slurm-gpu-portal"))
+SECRETS = STACK_DIR / "secrets"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def web(celery_worker):
+    """The portal's web server as dev/portal starts it (as portal-web), on a port of its
+    own, on the test database, handing tasks to the session's worker."""
+    queue, _ = celery_worker
+    port = free_port()
+    db = connection.settings_dict
+    env = {
+        **os.environ,
+        "PORTAL_HTTP_PORT": str(port),
+        "PORTAL_DATABASE_URL": f"postgresql://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "PORTAL_TASK_QUEUE": queue,
+    }
+    portal = [str(REPO / "dev" / "portal")]
+    started = subprocess.run([*portal, "start", "web"], env=env, capture_output=True, text=True)
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        yield f"http://127.0.0.1:{port}", env
+    finally:
+        subprocess.run([*portal, "stop", "web"], env=env, capture_output=True)
+
+
+def web_pids(env: dict) -> list[int]:
+    pid_file = STACK_DIR / "web" / f"portal-web-{env['PORTAL_HTTP_PORT']}.pid"
+    master = int(pid_file.read_text())
+    children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+    return [master, *map(int, children)]
+
+
+def uid_of(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[1])  # the real uid; the others follow it
+    raise AssertionError(f"no Uid line for {pid}")
+
+
+def as_web_user(*command: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["runuser", "-u", WEB_USER, "--", *command], capture_output=True, text=True, check=False
+    )
+
+
+def signed_in(base: str, user) -> httpx.Client:
+    """A browser-like client with ``user``'s session, made by Django's own log-in."""
+    client = Client()
+    client.force_login(user)
+    cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
+    return httpx.Client(base_url=base, cookies={settings.SESSION_COOKIE_NAME: cookie})
+
+
+def test_the_web_server_runs_as_its_own_user_and_holds_no_run_as_rights(
+    web, make_project, alice, dev_cluster, workdir
+):
+    base, env = web
+    web_uid = pwd.getpwnam(WEB_USER).pw_uid
+    assert web_uid != 0
+    assert {uid_of(pid) for pid in web_pids(env)} == {web_uid}
+
+    project = make_project(members={alice: "pi"}, gpu_hours=10)
+    _, token = token_create(user=alice, name="web-tier")
+    api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+    # The composer's estimate: the cost from the database, the start from a worker.
+    estimate = api.post(
+        "/api/v1/jobs/estimate/",
+        json={
+            "project": project.slug,
+            "partition": "debug",
+            "gpus_per_node": 1,
+            "time_limit_minutes": 5,
+            "working_directory": str(workdir),
+            "script": "echo hello\n",
+        },
+    )
+    assert estimate.status_code == 200, estimate.text
+    assert estimate.json()["fits"] is True
+    assert estimate.json()["expected_start"] is not None
+
+    # A job's output: a file only alice may read, read by a worker for the page.
+    job = make_job(
+        owner=alice,
+        project=project,
+        slurm_job_id=4242,
+        working_directory=str(workdir),
+        output_path=f"{workdir}/slurm-%j.out",
+        error_path=f"{workdir}/slurm-%j.out",
+    )
+    written = workdir / "slurm-4242.out"
+    written.write_text("step 1\nstep 2\n")
+    entry = pwd.getpwnam("alice")
+    os.chown(written, entry.pw_uid, entry.pw_gid)
+    written.chmod(0o600)
+    assert api.get(f"/api/v1/jobs/{job.pk}/output/").json()["text"] == "step 1\nstep 2\n"
+    page = signed_in(base, alice).get(f"/jobs/{job.pk}/output/")
+    assert page.status_code == 200 and "step 2" in page.text
+
+    # /healthz, anonymous: the verdict from the stored probes.
+    assert httpx.get(f"{base}/healthz").status_code == 200
+
+    # And the web tier's user itself can do none of what the worker did for it.
+    assert as_web_user("cat", str(written)).returncode != 0
+    assert as_web_user("ls", entry.pw_dir).returncode != 0
+    assert as_web_user("runuser", "-u", "alice", "--", "true").returncode != 0
+    assert as_web_user("sudo", "-n", "-u", "alice", "true").returncode != 0
+    for secret in (STACK_DIR / "jwt_hs256.key", Path("/etc/munge/munge.key"), SECRETS / "postgres"):
+        assert as_web_user("cat", str(secret)).returncode != 0, f"{secret} is readable"
+    # What it needs, it reads: its database and Redis passwords.
+    assert as_web_user("cat", str(SECRETS / "portal-db")).returncode == 0
