@@ -4,7 +4,7 @@ has ended; the exit code tells whether it completed."""
 import httpx
 import pytest
 
-from client.cli import unseen_text
+from client.logs import unseen_text
 from tests.client.conftest import error, job_json
 
 

@@ -1,0 +1,78 @@
+"""sgp login and sgp projects: who you are to the portal, and what you may spend."""
+
+import argparse
+import getpass
+import ipaddress
+import sys
+from urllib.parse import urlsplit
+
+from client import config
+from client.exits import Exit
+from client.formatting import as_json, hours, table
+from client.session import Session, UsageError, err, out
+
+
+def _read_token() -> str:
+    if sys.stdin.isatty():
+        return getpass.getpass("Access token (sgp_…, from the portal's Tokens page): ").strip()
+    return sys.stdin.readline().strip()
+
+
+def _is_local(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def cmd_login(args: argparse.Namespace, session: Session) -> int:
+    given = args.url or config.stored_url()
+    if not given:
+        raise UsageError("give the portal's address: sgp login --url URL")
+    try:
+        url = config.normal_url(given)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    token = args.token or _read_token()
+    if not token:
+        raise UsageError("no token given (--token, or type it at the prompt or on stdin)")
+    if url.startswith("http://") and not _is_local(url):
+        err(f"sgp: warning: {url} is plain HTTP: the token travels unencrypted; prefer https://")
+    me = session.connect(url, token).get("me/")
+    path = config.config_path()
+    config.write_config(path, url=url, token=token)
+    out(f"Logged in to {url} as {me['username']}; the login is kept in {path}.")
+    projects = ", ".join(f"{p['slug']} ({p['role']})" for p in me.get("projects", []))
+    out(f"Projects: {projects or 'none yet'}")
+    return Exit.OK
+
+
+def cmd_projects(args: argparse.Namespace, session: Session) -> int:
+    projects = session.api.get("projects/")
+    if args.json:
+        out(as_json(projects))
+        return Exit.OK
+    rows = []
+    for project in projects:
+        balance = project["balance"]
+        rows.append(
+            (
+                project["slug"],
+                project["name"],
+                project["role"],
+                hours(balance["granted_gpu_hours"]),
+                hours(balance["used_gpu_hours"]),
+                hours(balance["held_gpu_hours"]),
+                hours(balance["available_gpu_hours"]),
+            )
+        )
+    if not rows:
+        err("You are in no project yet.")
+        return Exit.OK
+    headers = ["SLUG", "NAME", "ROLE",
+               "GRANTED GPU-h", "USED GPU-h", "HELD GPU-h", "AVAILABLE GPU-h"]  # fmt: skip
+    out(table(headers, rows, right=range(3, 7)))
+    return Exit.OK
