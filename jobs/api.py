@@ -24,7 +24,7 @@ from accounts.api import Conflict, caller, member_project, query, related
 from accounts.models import Membership, User
 from jobs.idempotency import IdempotencyConflict, job_create_once
 from jobs.models import Job, JobEvent, JobTemplate
-from jobs.requests import TEMPLATE_FIELDS, JobRequest
+from jobs.requests import TEMPLATE_DEFAULT_FIELDS, JobRequest
 from jobs.scripts import MAX_DEPENDENCIES
 from jobs.selectors import job_detail, job_output, jobs_matching, templates_for
 from jobs.services import (
@@ -589,7 +589,7 @@ class JobOutput(APIView):
 
 # Templates.
 
-DEFAULT_FIELDS = sorted(TEMPLATE_FIELDS - {"script"})
+DEFAULT_FIELDS = sorted(TEMPLATE_DEFAULT_FIELDS)
 
 
 class TemplateSerializer(serializers.ModelSerializer):

@@ -59,10 +59,14 @@ BUILT_IN_DEFAULTS: dict[str, Any] = {
     "depends_on": (),
 }
 
-# The fields a template may give defaults for (identity and wiring are not among them).
-TEMPLATE_FIELDS = frozenset(
-    f.name for f in dataclasses.fields(JobRequest) if f.name not in {"template", "depends_on"}
-)
+# The fields a template may give defaults for: the job's shape. Not who pays or where
+# (project, cluster), not its wiring (template, depends_on), and not the script: a
+# template has a script of its own. The service, the API and the form all use this list.
+TEMPLATE_DEFAULT_FIELDS = (
+    "partition", "name", "nodes", "gpus_per_node", "cpus_per_gpu", "mem_per_gpu_gb",
+    "time_limit_minutes", "working_directory", "output_path", "error_path", "environment",
+    "array",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -105,7 +109,7 @@ def _with_defaults(request: JobRequest, user: User) -> tuple[dict[str, Any], Job
                 "template",
                 _("There is no template %(id)s for you.") % {"id": request.template},
             )
-        values.update({k: v for k, v in template.defaults.items() if k in TEMPLATE_FIELDS})
+        values.update({k: v for k, v in template.defaults.items() if k in TEMPLATE_DEFAULT_FIELDS})
         values["script"] = template.script
     values.update({k: v for k, v in dataclasses.asdict(request).items() if v is not None})
     return values, template

@@ -25,7 +25,7 @@ from clusters.selectors import cluster_status
 from clusters.slurm import SlurmUnavailable
 from jobs.errors import JobInvalid
 from jobs.models import Job, JobEvent, JobTemplate
-from jobs.requests import JobRequest, PreparedJob, job_prepare
+from jobs.requests import TEMPLATE_DEFAULT_FIELDS, JobRequest, PreparedJob, job_prepare
 from jobs.states import TERMINAL_STATES, JobState
 from jobs.submission import (
     ESTIMATE_PAUSE_S,
@@ -293,13 +293,6 @@ def job_hold(*, user: User, job: Job) -> Job:
 def job_release(*, user: User, job: Job) -> Job:
     with transaction.atomic():
         return _action(user=user, job=job, action="release")
-
-
-TEMPLATE_DEFAULT_FIELDS = (
-    "partition", "name", "nodes", "gpus_per_node", "cpus_per_gpu", "mem_per_gpu_gb",
-    "time_limit_minutes", "working_directory", "output_path", "error_path", "environment",
-    "array",
-)  # fmt: skip
 
 
 def job_template_create(

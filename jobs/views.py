@@ -24,6 +24,7 @@ from jobs import selectors, services
 from jobs.errors import JobInvalid, OutputUnavailable
 from jobs.forms import JobForm, SaveTemplateForm, initial_from_job, initial_from_template
 from jobs.models import UNFINISHED_STATES, Job, JobTemplate
+from jobs.requests import TEMPLATE_DEFAULT_FIELDS
 from jobs.states import TERMINAL_STATES, JobState
 
 PAGE_SIZE = 25
@@ -175,7 +176,7 @@ def template_save(request: HttpRequest) -> HttpResponse:
     job_request = form.job_request()
     defaults = {
         field: getattr(job_request, field)
-        for field in services.TEMPLATE_DEFAULT_FIELDS
+        for field in TEMPLATE_DEFAULT_FIELDS
         if getattr(job_request, field) not in (None, "", {})
     }
     project = None

@@ -94,6 +94,40 @@ def test_defaults_must_be_job_fields_of_the_right_type(api, alice, defaults, fie
     assert not JobTemplate.objects.exists()
 
 
+# A value for every field the API advertises (its help text names them).
+ADVERTISED = {
+    "partition": "debug",
+    "name": "nightly",
+    "nodes": 1,
+    "gpus_per_node": 2,
+    "cpus_per_gpu": 4,
+    "mem_per_gpu_gb": 8,
+    "time_limit_minutes": 90,
+    "working_directory": "/home/alice/runs",
+    "output_path": "out-%j.txt",
+    "error_path": "err-%j.txt",
+    "environment": {"EPOCHS": "3"},
+    "array": "0-3",
+}
+
+
+def test_every_field_the_api_advertises_is_taken(api, alice, client):
+    schema = client.get("/api/schema/?format=json").json()
+    advertised = schema["components"]["schemas"]["TemplateCreateRequest"]["properties"]
+    named = advertised["defaults"]["description"].split(": ", 1)[1].split(", ")
+    assert sorted(named) == sorted(ADVERTISED)
+    response = create(api(alice), name="all of it", defaults=ADVERTISED, script="t\n")
+    assert response.status_code == 201, response.json()
+    assert JobTemplate.objects.get().defaults == ADVERTISED
+
+
+@pytest.mark.parametrize("field", ["project", "cluster"])
+def test_who_pays_and_where_are_not_a_templates_to_set(api, alice, field):
+    response = create(api(alice), name="t", defaults={field: "x"}, script="t\n")
+    assert response.status_code == 400
+    assert field in error_of(response)["message"] + str(error_of(response)["fields"])
+
+
 def test_a_template_needs_a_name_and_a_script(api, alice):
     response = create(api(alice))
     assert response.status_code == 400
