@@ -5,52 +5,38 @@ interleaving of the two is driven here in threads, each with its own database
 connection, in an order fixed by events.
 """
 
-import datetime as dt
 import threading
-from decimal import Decimal
 
 import pytest
-from django.db import connection
 
 from accounts import ledger
 from accounts.selectors import project_balance
-from accounts.services import membership_set, project_create
-from clusters.models import Cluster, Partition
 from clusters.slurm.states import SlurmJobState
 from clusters.slurm.types import QueueEntry
 from jobs import sync
 from jobs.models import Job
 from jobs.states import JobState
 from jobs.sync import accounting_ingest, queue_apply
-from tests.factories import wait_for
-from tests.jobs.test_accounting_ingest import NOW, TODAY, entry, portal_job
+from tests.factories import (
+    in_thread,
+    project_with_allocation,
+    recorded_cluster,
+    wait_for,
+    waiting_for_a_lock,
+)
+from tests.jobs.test_accounting_ingest import NOW, entry, portal_job
 
 pytestmark = pytest.mark.usefixtures("transactional_db")
 
 
 @pytest.fixture
 def cluster():
-    cluster = Cluster.objects.create(name="recorded")
-    Partition.objects.create(
-        cluster=cluster, name="gpu", gpus_per_node=8, nodes=1, billing_weight=Decimal("1.5")
-    )
-    return cluster
+    return recorded_cluster()
 
 
 @pytest.fixture
 def project(cluster, alice):
-    project = project_create(slug="vision", name="Vision", slurm_account="vision")
-    membership_set(project=project, user=alice, role="pi")
-    ledger.allocation_grant(
-        project=project,
-        cluster=cluster,
-        gpu_hours=10,
-        starts_on=TODAY - dt.timedelta(days=1),
-        ends_on=TODAY + dt.timedelta(days=30),
-        actor=None,
-        reason="test",
-    )
-    return project
+    return project_with_allocation(cluster, pi=alice)
 
 
 def running(slurm_job_id: int) -> QueueEntry:
@@ -60,30 +46,6 @@ def running(slurm_job_id: int) -> QueueEntry:
         account="vision", partition="gpu", state=SlurmJobState.RUNNING, reason="None",
         comment="", submitted_at=NOW, started_at=NOW, time_limit_minutes=10,
     )  # fmt: skip
-
-
-def in_thread(target, errors: list) -> threading.Thread:
-    def run() -> None:
-        try:
-            target()
-        except Exception as error:  # noqa: BLE001 - asserted by the test
-            errors.append(error)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
-
-
-def waiting_on_a_row_lock() -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock' AND query LIKE %s",
-            ["%UPDATE%unnest%"],
-        )
-        return cursor.fetchone()[0] > 0
 
 
 def assert_finished_once(job: Job, project) -> None:
@@ -152,7 +114,7 @@ def test_a_queue_update_that_waited_for_accountings_lock_leaves_the_job_finished
         lambda: results.append(queue_apply(cluster=cluster, entries=[running(801)])), errors
     )
     wait_for(
-        lambda: waiting_on_a_row_lock() or not queue.is_alive(),
+        lambda: waiting_for_a_lock("%UPDATE%unnest%") or not queue.is_alive(),
         timeout_s=30,
         interval_s=0.05,
         what="the queue sync's UPDATE to wait for the job's row",
