@@ -286,15 +286,19 @@ def job_cancel(*, user: User, job: Job) -> Job:
 
 
 def job_hold(*, user: User, job: Job) -> Job:
-    if job.state != JobState.PENDING:
-        raise JobInvalid.one("__all__", _("Only a job pending in Slurm's queue can be held."))
+    # The state is read from the locked row, as job_cancel does: the page's copy may be
+    # seconds old, and the queue sync or accounting may have moved the job on since.
     with transaction.atomic():
-        return _action(user=user, job=job, action="hold")
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        if locked.state != JobState.PENDING:
+            raise JobInvalid.one("__all__", _("Only a job pending in Slurm's queue can be held."))
+        return _action(user=user, job=locked, action="hold")
 
 
 def job_release(*, user: User, job: Job) -> Job:
     with transaction.atomic():
-        return _action(user=user, job=job, action="release")
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        return _action(user=user, job=locked, action="release")
 
 
 TEMPLATE_DEFAULT_FIELDS = (
