@@ -90,8 +90,17 @@ def job_create(*, user: User, request: JobRequest, idempotency_key: str = "") ->
 
     With an ``idempotency_key`` a repeat of the same request returns the first job.
     """
+    return job_create_or_find(user=user, request=request, idempotency_key=idempotency_key)[0]
+
+
+def job_create_or_find(
+    *, user: User, request: JobRequest, idempotency_key: str = ""
+) -> tuple[Job, bool]:
+    """``job_create``, saying whether the job is one made earlier under the key (True) —
+    by a repeat, or by a request with the same key that was saved first while this one
+    was on its way — rather than made now (False)."""
     if idempotency_key and (found := _by_idempotency_key(user, idempotency_key)):
-        return found
+        return found, True
     token = uuid.uuid4()
     prepared = job_prepare(user=user, request=request, submit_token=str(token))
     allocation = _allocation_for(prepared)
@@ -140,9 +149,10 @@ def job_create(*, user: User, request: JobRequest, idempotency_key: str = "") ->
             )
             transaction.on_commit(lambda: _enqueue_submit(job.pk))
     except IntegrityError:
-        # The same idempotency key raced in twice: the other request saved the job.
+        # The same idempotency key raced in twice: the other request saved the job (this
+        # one's INSERT waited for it to commit), and this one's hold was rolled back.
         if idempotency_key and (found := _by_idempotency_key(user, idempotency_key)):
-            return found
+            return found, True
         raise
     _remember_related(
         job,
@@ -150,7 +160,7 @@ def job_create(*, user: User, request: JobRequest, idempotency_key: str = "") ->
         # In Job's own order, as a query of them would give them.
         depends_on=sorted(prepared.dependencies, key=lambda d: (d.created_at, d.pk), reverse=True),
     )
-    return job
+    return job, False
 
 
 def _by_idempotency_key(user: User, key: str) -> Job | None:
@@ -457,6 +467,7 @@ __all__ = [
     "QuotaExceeded",
     "job_cancel",
     "job_create",
+    "job_create_or_find",
     "job_estimate",
     "job_hold",
     "job_release",
