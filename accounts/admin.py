@@ -17,7 +17,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from accounts.errors import AllocationOverlap, NotAllowed
+from accounts.errors import AllocationOverlap, AlreadyDecided, NotAllowed
 from accounts.ledger import (
     allocation_adjust,
     allocation_grant,
@@ -560,7 +560,7 @@ class AllocationRequestAdmin(admin.ModelAdmin):
         for allocation_request in queryset:
             try:
                 decide(allocation_request)
-            except (NotAllowed, AllocationOverlap, ValueError) as exc:
+            except (NotAllowed, AlreadyDecided, AllocationOverlap, ValueError) as exc:
                 self.message_user(request, f"{allocation_request}: {exc}", messages.ERROR)
             else:
                 self.log_change(request, allocation_request, verb)

@@ -27,6 +27,11 @@ class NotAllowed(Exception):
     """The user's role does not allow this (e.g. a member asking for hours)."""
 
 
+class AlreadyDecided(Exception):
+    """The allocation request was approved or denied before (by another manager, perhaps
+    a moment ago)."""
+
+
 class AllocationOverlap(Exception):
     """The project already has an active allocation on the cluster in that period."""
 

@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from accounts.errors import NotAllowed
+from accounts.errors import AlreadyDecided, NotAllowed
 from accounts.groups import ALLOCATION_MANAGERS
 from accounts.ledger import allocation_grant
 from accounts.models import AllocationRequest, Membership, Project, User
@@ -60,9 +60,11 @@ def allocation_request_create(
 def _decide(request_id: int, manager: User) -> AllocationRequest:
     if not is_allocation_manager(manager):
         raise NotAllowed(_("Only an allocation manager can decide on a request."))
+    # Two managers deciding at once: the second waits here for the first's lock, then
+    # finds the request decided, a conflict with its state (the API's 409), not a refusal.
     request = AllocationRequest.objects.select_for_update().get(pk=request_id)
     if request.state != AllocationRequest.State.PENDING:
-        raise NotAllowed(
+        raise AlreadyDecided(
             _("This request was already %(state)s.")
             % {"state": request.get_state_display().lower()}
         )

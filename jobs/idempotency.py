@@ -17,7 +17,7 @@ from redis.exceptions import RedisError
 from accounts.models import User
 from jobs.models import Job
 from jobs.requests import JobRequest
-from jobs.services import job_create
+from jobs.services import job_create_or_find
 
 logger = logging.getLogger(__name__)
 
@@ -113,14 +113,7 @@ def job_create_once(
     cache_key = _cache_key(user, key)
     existing = Job.objects.filter(owner=user, idempotency_key=key).first()
     if existing is not None:
-        remembered = _remembered(cache_key)
-        same = (
-            remembered == fingerprint
-            if remembered is not None
-            else _job_matches(existing, canonical)
-        )
-        if not same:
-            raise IdempotencyConflict(key)
+        _check_same(existing, cache_key, fingerprint, canonical, key)
         return existing, True
     # add() is atomic: of two first requests with one key, one claims it, and the
     # other compares its body with the claimant's before it may go on.
@@ -128,9 +121,26 @@ def job_create_once(
     if not claimed and _remembered(cache_key) not in (None, fingerprint):
         raise IdempotencyConflict(key)
     try:
-        job = job_create(user=user, request=request, idempotency_key=key)
+        job, replayed = job_create_or_find(user=user, request=request, idempotency_key=key)
     except BaseException:
         if claimed:  # nothing was saved: the key may be used again, with any body
             _forget(cache_key)
         raise
-    return job, False
+    if replayed:
+        # Another request with the key saved its job first, while this one was on its
+        # way (with the cache down, neither could compare bodies before).
+        _check_same(job, cache_key, fingerprint, canonical, key)
+    return job, replayed
+
+
+def _check_same(
+    existing: Job, cache_key: str, fingerprint: str, canonical: dict[str, Any], key: str
+) -> None:
+    """Raise IdempotencyConflict unless the request is the one ``existing`` was made from."""
+    remembered = _remembered(cache_key)
+    if remembered is not None:
+        same = remembered == fingerprint
+    else:
+        same = _job_matches(existing, canonical)
+    if not same:
+        raise IdempotencyConflict(key)

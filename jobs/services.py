@@ -89,8 +89,17 @@ def job_create(*, user: User, request: JobRequest, idempotency_key: str = "") ->
 
     With an ``idempotency_key`` a repeat of the same request returns the first job.
     """
+    return job_create_or_find(user=user, request=request, idempotency_key=idempotency_key)[0]
+
+
+def job_create_or_find(
+    *, user: User, request: JobRequest, idempotency_key: str = ""
+) -> tuple[Job, bool]:
+    """``job_create``, saying whether the job is one made earlier under the key (True) —
+    by a repeat, or by a request with the same key that was saved first while this one
+    was on its way — rather than made now (False)."""
     if idempotency_key and (found := _by_idempotency_key(user, idempotency_key)):
-        return found
+        return found, True
     token = uuid.uuid4()
     prepared = job_prepare(user=user, request=request, submit_token=str(token))
     allocation = _allocation_for(prepared)
@@ -139,9 +148,10 @@ def job_create(*, user: User, request: JobRequest, idempotency_key: str = "") ->
             )
             transaction.on_commit(lambda: _enqueue_submit(job.pk))
     except IntegrityError:
-        # The same idempotency key raced in twice: the other request saved the job.
+        # The same idempotency key raced in twice: the other request saved the job (this
+        # one's INSERT waited for it to commit), and this one's hold was rolled back.
         if idempotency_key and (found := _by_idempotency_key(user, idempotency_key)):
-            return found
+            return found, True
         raise
     _remember_related(
         job,
@@ -149,7 +159,7 @@ def job_create(*, user: User, request: JobRequest, idempotency_key: str = "") ->
         # In Job's own order, as a query of them would give them.
         depends_on=sorted(prepared.dependencies, key=lambda d: (d.created_at, d.pk), reverse=True),
     )
-    return job
+    return job, False
 
 
 def _by_idempotency_key(user: User, key: str) -> Job | None:
@@ -284,15 +294,19 @@ def job_cancel(*, user: User, job: Job) -> Job:
 
 
 def job_hold(*, user: User, job: Job) -> Job:
-    if job.state != JobState.PENDING:
-        raise JobInvalid.one("__all__", _("Only a job pending in Slurm's queue can be held."))
+    # The state is read from the locked row, as job_cancel does: the page's copy may be
+    # seconds old, and the queue sync or accounting may have moved the job on since.
     with transaction.atomic():
-        return _action(user=user, job=job, action="hold")
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        if locked.state != JobState.PENDING:
+            raise JobInvalid.one("__all__", _("Only a job pending in Slurm's queue can be held."))
+        return _action(user=user, job=locked, action="hold")
 
 
 def job_release(*, user: User, job: Job) -> Job:
     with transaction.atomic():
-        return _action(user=user, job=job, action="release")
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        return _action(user=user, job=locked, action="release")
 
 
 def job_template_create(
@@ -444,6 +458,7 @@ __all__ = [
     "QuotaExceeded",
     "job_cancel",
     "job_create",
+    "job_create_or_find",
     "job_estimate",
     "job_hold",
     "job_release",

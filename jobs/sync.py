@@ -102,26 +102,34 @@ def queue_apply(*, cluster: Cluster, entries: Iterable[QueueEntry]) -> QueueSync
             dt.datetime.fromtimestamp(started_s, dt.UTC) if started_s is not None else None
         )
         ended_at = now if new_state in _TERMINAL else None
-        updates.append((job_id, *new[:3], started_at, ended_at))
+        updates.append((job_id, state, *new[:3], started_at, ended_at))
         if new_state != state:
             detail = f"Slurm: {entry.state}" + (f" ({new[2]})" if new[2] else "")
             # An event is dated when the portal saw the change (Slurm's own times are on
             # the job): the timeline then never runs backwards.
             events.append(JobEvent(job_id=job_id, at=now, state=new_state, detail=detail))
     with transaction.atomic():
-        _update_jobs(updates, now=now)
-        JobEvent.objects.bulk_create(events, batch_size=2000)
+        updated = _update_jobs(updates, now=now)
+        JobEvent.objects.bulk_create(
+            [event for event in events if event.job_id in updated], batch_size=2000
+        )
         if not ClusterSync.objects.filter(cluster=cluster).update(queue_synced_at=now):
             ClusterSync.objects.get_or_create(cluster=cluster, defaults={"queue_synced_at": now})
-    result.changed = len(updates)
+    result.changed = len(updated)
     return result
 
 
-def _update_jobs(rows: list[tuple], *, now: dt.datetime) -> None:
+def _update_jobs(rows: list[tuple], *, now: dt.datetime) -> set[int]:
     """One UPDATE … FROM unnest(…) for every changed job; Django's bulk_update would
-    build a CASE per column and row, which is slower by an order of magnitude."""
+    build a CASE per column and row, which is slower by an order of magnitude.
+
+    Each row carries the state the listing was compared with, and a job is changed only
+    while it still has that state: accounting finishes jobs under its own lock, and a
+    job it ended between the read and this UPDATE must not go back to running (and be
+    finished a second time). PostgreSQL re-checks the condition on the row accounting
+    committed, so a job locked meanwhile is skipped too. The ids changed are returned."""
     if not rows:
-        return
+        return set()
     columns = [list(column) for column in zip(*rows, strict=True)]
     table = Job._meta.db_table
     with connection.cursor() as cursor:
@@ -134,13 +142,15 @@ def _update_jobs(rows: list[tuple], *, now: dt.datetime) -> None:
                 started_at = change.started_at,
                 ended_at = COALESCE(job.ended_at, change.ended_at),
                 updated_at = %s
-            FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[],
+            FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[],
                         %s::timestamptz[], %s::timestamptz[])
-                AS change(id, state, slurm_state, reason, started_at, ended_at)
-            WHERE job.id = change.id
+                AS change(id, read_state, state, slurm_state, reason, started_at, ended_at)
+            WHERE job.id = change.id AND job.state = change.read_state
+            RETURNING job.id
             """,  # noqa: S608 — the table name is ours, every value a parameter
             [now, *columns],
         )
+        return {row[0] for row in cursor.fetchall()}
 
 
 def queue_sync(*, cluster: Cluster, client: SlurmClient | None = None) -> QueueSyncResult:

@@ -23,6 +23,7 @@ from rest_framework.views import exception_handler
 
 from accounts.errors import (
     AllocationOverlap,
+    AlreadyDecided,
     NoActiveAllocation,
     NotAllowed,
     QuotaExceeded,
@@ -97,6 +98,8 @@ def _from_domain(exc: Exception) -> ApiError | None:
         )
     if isinstance(exc, NotAllowed):
         return ApiError(403, "permission_denied", str(exc))
+    if isinstance(exc, AlreadyDecided):
+        return ApiError(409, "already_decided", str(exc))
     if isinstance(exc, AllocationOverlap):
         return ApiError(409, "allocation_overlap", str(exc))
     if isinstance(exc, TooManyTokens):

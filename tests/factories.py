@@ -97,3 +97,74 @@ def slurm_ids_of(job, *, client=None) -> list[int]:
         account=job.project.slurm_account,
         since=job.created_at - CLOCK_SLACK,
     )
+
+
+def recorded_cluster(name: str = "recorded"):
+    """A cluster the portal knows with one "gpu" partition (weight 1.5), and no Slurm
+    behind it: for tests that feed recorded queue and accounting entries."""
+    from decimal import Decimal
+
+    from clusters.models import Cluster, Partition
+
+    cluster = Cluster.objects.create(name=name)
+    Partition.objects.create(
+        cluster=cluster, name="gpu", gpus_per_node=8, nodes=1, billing_weight=Decimal("1.5")
+    )
+    return cluster
+
+
+def project_with_allocation(cluster, *, pi, account: str = "vision", gpu_hours: int = 10):
+    """A project led by ``pi`` with an active allocation on ``cluster``; Slurm is not told."""
+    import datetime as dt
+
+    from accounts.ledger import allocation_grant
+    from accounts.services import membership_set, project_create
+
+    project = project_create(slug=account, name=account.title(), slurm_account=account)
+    membership_set(project=project, user=pi, role="pi")
+    today = dt.date.today()
+    allocation_grant(
+        project=project,
+        cluster=cluster,
+        gpu_hours=gpu_hours,
+        starts_on=today - dt.timedelta(days=1),
+        ends_on=today + dt.timedelta(days=30),
+        actor=None,
+        reason="test",
+    )
+    return project
+
+
+def in_thread(target, errors: list):
+    """Run ``target`` in a started thread with its own database connection (closed at
+    the end); what it raises is appended to ``errors``."""
+    import threading
+
+    from django.db import connection
+
+    def run() -> None:
+        try:
+            target()
+        except Exception as error:  # noqa: BLE001 - the test asserts what was collected
+            errors.append(error)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def waiting_for_a_lock(query_like: str) -> bool:
+    """Whether a session of the test database waits for a lock in a query LIKE this:
+    how a test knows a thread has reached the lock it means to be blocked on.
+    PostgreSQL keeps only the first 1,024 bytes of a query's text: match its start."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND query LIKE %s",
+            [query_like],
+        )
+        return cursor.fetchone()[0] > 0

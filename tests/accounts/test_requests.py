@@ -5,7 +5,7 @@ import datetime as dt
 import pytest
 from django.core.exceptions import ValidationError
 
-from accounts.errors import AllocationOverlap, NotAllowed
+from accounts.errors import AllocationOverlap, AlreadyDecided, NotAllowed
 from accounts.groups import ALLOCATION_MANAGERS
 from accounts.ledger import allocation_grant
 from accounts.models import Allocation, AllocationRequest, LedgerEntry
@@ -57,7 +57,7 @@ def test_approval_creates_the_allocation_and_grants_the_hours_once(world, alice)
     assert project_balance(vision).available_gpu_seconds == 100 * 3600
     grant = LedgerEntry.objects.get(kind="grant")
     assert (grant.actor, grant.reference) == (manny, f"request:{request.pk}")
-    with pytest.raises(NotAllowed, match="already approved"):
+    with pytest.raises(AlreadyDecided, match="already approved"):
         allocation_request_approve(request=request, manager=manny)
     assert LedgerEntry.objects.count() == 1
 

@@ -1,0 +1,129 @@
+"""queue_apply against accounting finishing the same job at the same time.
+
+The queue sync and the accounting ingest run under different locks, so each
+interleaving of the two is driven here in threads, each with its own database
+connection, in an order fixed by events.
+"""
+
+import threading
+
+import pytest
+
+from accounts import ledger
+from accounts.selectors import project_balance
+from clusters.slurm.states import SlurmJobState
+from clusters.slurm.types import QueueEntry
+from jobs import sync
+from jobs.models import Job
+from jobs.states import JobState
+from jobs.sync import accounting_ingest, queue_apply
+from tests.factories import (
+    in_thread,
+    project_with_allocation,
+    recorded_cluster,
+    wait_for,
+    waiting_for_a_lock,
+)
+from tests.jobs.test_accounting_ingest import NOW, entry, portal_job
+
+pytestmark = pytest.mark.usefixtures("transactional_db")
+
+
+@pytest.fixture
+def cluster():
+    return recorded_cluster()
+
+
+@pytest.fixture
+def project(cluster, alice):
+    return project_with_allocation(cluster, pi=alice)
+
+
+def running(slurm_job_id: int) -> QueueEntry:
+    """The job as a listing read just before it ended shows it."""
+    return QueueEntry(
+        job_id=slurm_job_id, array_job_id=None, array_task=None, name="train", user="alice",
+        account="vision", partition="gpu", state=SlurmJobState.RUNNING, reason="None",
+        comment="", submitted_at=NOW, started_at=NOW, time_limit_minutes=10,
+    )  # fmt: skip
+
+
+def assert_finished_once(job: Job, project) -> None:
+    job.refresh_from_db()
+    assert job.state == JobState.COMPLETED
+    assert job.ended_at == NOW
+    assert list(job.events.values_list("state", flat=True)) == [JobState.COMPLETED]
+    assert project_balance(project).held_gpu_seconds == 0
+    # The next ingest reads the same record again (the overlap): nothing more happens.
+    again = accounting_ingest(cluster=job.cluster, entries=[entry(job.slurm_job_id)])
+    assert again.finished_jobs == 0
+    assert job.events.filter(state=JobState.COMPLETED).count() == 1
+
+
+def test_a_job_accounting_finished_after_the_queue_was_read_stays_finished(
+    cluster, project, alice, monkeypatch
+):
+    job = portal_job(project, cluster, alice, slurm_job_id=800)
+    Job.objects.filter(pk=job.pk).update(state=JobState.PENDING)
+    read, written = threading.Event(), threading.Event()
+    update_jobs = sync._update_jobs
+
+    def after_the_read(rows, *, now):
+        read.set()
+        assert written.wait(timeout=30)
+        return update_jobs(rows, now=now)
+
+    monkeypatch.setattr(sync, "_update_jobs", after_the_read)
+    errors: list = []
+    results = []
+    queue = in_thread(
+        lambda: results.append(queue_apply(cluster=cluster, entries=[running(800)])), errors
+    )
+    assert read.wait(timeout=30)
+    # Accounting finishes the job and commits while the queue sync holds its stale read.
+    assert accounting_ingest(cluster=cluster, entries=[entry(800)]).finished_jobs == 1
+    written.set()
+    queue.join(timeout=30)
+    assert errors == []
+    assert_finished_once(job, project)
+    assert results[0].changed == 0
+
+
+def test_a_queue_update_that_waited_for_accountings_lock_leaves_the_job_finished(
+    cluster, project, alice, monkeypatch
+):
+    job = portal_job(project, cluster, alice, slurm_job_id=801)
+    Job.objects.filter(pk=job.pk).update(state=JobState.PENDING)
+    locked, go = threading.Event(), threading.Event()
+    release = ledger.ledger_release
+
+    def holding_the_lock(**kwargs):
+        released = release(**kwargs)
+        locked.set()
+        assert go.wait(timeout=30)
+        return released
+
+    monkeypatch.setattr(ledger, "ledger_release", holding_the_lock)
+    errors: list = []
+    results = []
+    accounting = in_thread(lambda: accounting_ingest(cluster=cluster, entries=[entry(801)]), errors)
+    assert locked.wait(timeout=30)
+    # Accounting has finished the job in its transaction, not committed yet: the queue
+    # sync reads the job as pending and its UPDATE waits for the row.
+    queue = in_thread(
+        lambda: results.append(queue_apply(cluster=cluster, entries=[running(801)])), errors
+    )
+    wait_for(
+        lambda: waiting_for_a_lock("%UPDATE%unnest%") or not queue.is_alive(),
+        timeout_s=30,
+        interval_s=0.05,
+        what="the queue sync's UPDATE to wait for the job's row",
+    )
+    assert queue.is_alive(), errors
+    go.set()
+    accounting.join(timeout=30)
+    queue.join(timeout=30)
+    monkeypatch.undo()
+    assert errors == []
+    assert_finished_once(job, project)
+    assert results[0].changed == 0
