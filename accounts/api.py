@@ -14,7 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts import tokens
+from accounts import permissions, tokens
 from accounts.models import (
     Allocation,
     AllocationRequest,
@@ -23,11 +23,11 @@ from accounts.models import (
     Project,
     User,
 )
+from accounts.permissions import is_allocation_manager, is_lead_role, led_project_ids
 from accounts.requests import (
     allocation_request_approve,
     allocation_request_create,
     allocation_request_deny,
-    is_allocation_manager,
 )
 from accounts.selectors import (
     USAGE_GROUPS,
@@ -37,8 +37,6 @@ from accounts.selectors import (
     project_usage,
 )
 from clusters.models import Cluster
-
-LEADS = (Membership.Role.PI, Membership.Role.CO_PI)
 
 
 class Conflict(exceptions.APIException):
@@ -73,7 +71,7 @@ def not_found(what: str) -> exceptions.NotFound:
     return exceptions.NotFound(f"There is no {what} of yours.")
 
 
-def membership_of(user: User, slug: str) -> Membership:
+def membership_or_404(user: User, slug: str) -> Membership:
     """The user's membership of the project ``slug``; NotFound (a 404) for anyone else's."""
     membership = memberships_of_user(user).filter(project__slug=slug).first()
     if membership is None:
@@ -84,11 +82,7 @@ def membership_of(user: User, slug: str) -> Membership:
 def member_project(user: User, slug: Any, *, field: str = "project") -> Project:
     """A project named in a request body: one of the user's, or a 400 on ``field``
     (the same words whether it exists or not: an outsider learns nothing)."""
-    membership = (
-        Membership.objects.filter(user=user, project__slug=str(slug))
-        .select_related("project")
-        .first()
-    )
+    membership = permissions.membership_of(user, slug)
     if membership is None:
         raise exceptions.ValidationError({field: [f"You are not a member of a project {slug!r}."]})
     return membership.project
@@ -280,7 +274,7 @@ class ProjectDetail(APIView):
         responses=ProjectDetailSerializer,
     )
     def get(self, request: Request, slug: str) -> Response:
-        return Response(ProjectDetailSerializer(membership_of(caller(request), slug)).data)
+        return Response(ProjectDetailSerializer(membership_or_404(caller(request), slug)).data)
 
 
 def _usage_key(key: object) -> str | None:
@@ -305,9 +299,9 @@ class ProjectUsage(APIView):
         responses=UsageSerializer,
     )
     def get(self, request: Request, slug: str) -> Response:
-        membership = membership_of(caller(request), slug)
+        membership = membership_or_404(caller(request), slug)
         # Usage by user shows what each teammate spent: DESIGN gives that to the leads.
-        if membership.role not in LEADS:
+        if not is_lead_role(membership.role):
             raise exceptions.PermissionDenied(
                 "Only the project's PI and co-PIs see its usage; the balance is on the project."
             )
@@ -389,8 +383,7 @@ def allocation_requests_for(user: User) -> QuerySet[AllocationRequest]:
     ).order_by("-created_at", "-id")
     if is_allocation_manager(user):
         return requests
-    led = Membership.objects.filter(user=user, role__in=LEADS).values("project_id")
-    return requests.filter(project_id__in=led)
+    return requests.filter(project_id__in=led_project_ids(user))
 
 
 class AllocationRequestList(APIView):

@@ -34,7 +34,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from accounts.models import Allocation, Membership, Notification, User
+from accounts.models import Allocation, Notification, User
+from accounts.permissions import leads_of
 
 logger = logging.getLogger(__name__)
 
@@ -178,11 +179,7 @@ def _message(user: User, notices: list[Notice], today: dt.date) -> EmailMessage:
 
 def _recipients(notices: list[Notice]) -> dict[int, list[User]]:
     """The active PIs and co-PIs of each project concerned, by project id."""
-    memberships = Membership.objects.filter(
-        project__in={notice.allocation.project_id for notice in notices},
-        role__in=[Membership.Role.PI, Membership.Role.CO_PI],
-        user__is_active=True,
-    ).select_related("user")
+    memberships = leads_of({notice.allocation.project_id for notice in notices})
     by_project: dict[int, list[User]] = defaultdict(list)
     for membership in memberships:
         by_project[membership.project_id].append(membership.user)

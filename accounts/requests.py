@@ -11,18 +11,12 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from accounts.errors import AlreadyDecided, NotAllowed
-from accounts.groups import ALLOCATION_MANAGERS
 from accounts.ledger import allocation_grant
-from accounts.models import AllocationRequest, Membership, Project, User
+from accounts.models import AllocationRequest, Project, User
+from accounts.permissions import is_allocation_manager, is_lead
 from audit.models import AuditEvent
 from audit.services import audit_record
 from clusters.models import Cluster
-
-
-def is_allocation_manager(user: User) -> bool:
-    return user.is_active and (
-        user.is_superuser or user.groups.filter(name=ALLOCATION_MANAGERS).exists()
-    )
 
 
 def allocation_request_create(
@@ -36,12 +30,7 @@ def allocation_request_create(
     justification: str,
 ) -> AllocationRequest:
     """A PI or co-PI asks for hours; anyone else is refused."""
-    may_ask = Membership.objects.filter(
-        project=project,
-        user=requested_by,
-        role__in=[Membership.Role.PI, Membership.Role.CO_PI],
-    ).exists()
-    if not may_ask:
+    if not is_lead(requested_by, project):
         raise NotAllowed(_("Only the project's PI or a co-PI can ask for GPU-hours."))
     request = AllocationRequest(
         project=project,

@@ -21,7 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.api import Conflict, caller, member_project, query, related
-from accounts.models import Membership, User
+from accounts.models import User
 from jobs.idempotency import IdempotencyConflict, job_create_once
 from jobs.models import Job, JobEvent, JobTemplate
 from jobs.requests import TEMPLATE_DEFAULT_FIELDS, JobRequest
@@ -348,17 +348,7 @@ def jobs_listed(
 ) -> QuerySet[Job, dict[str, Any]]:
     """The user's own jobs; with ``project``, that project's — all of them for its PI and
     co-PIs, the user's own for a member."""
-    project_id = None
-    if project:
-        project_id = (
-            Membership.objects.filter(user=user, project__slug=project)
-            .values_list("project_id", flat=True)
-            .first()
-        )
-        if project_id is None:
-            raise exceptions.ValidationError(
-                {"project": [f"You are not a member of a project {project!r}."]}
-            )
+    project_id = member_project(user, project).pk if project else None
     jobs = jobs_matching(user, project_id=project_id, states=states or (), search=search)
     # Only the columns the list shows, related names joined in, and the dependencies' ids
     # as an array in the same query instead of a prefetch; rows, not model objects.

@@ -16,7 +16,8 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils.translation import gettext as _
 
-from accounts.models import Membership, Project, User
+from accounts.models import Project, User
+from accounts.permissions import membership_of
 from clusters.models import Cluster, Partition
 from jobs import paths, scripts
 from jobs.errors import JobInvalid
@@ -118,14 +119,11 @@ def _with_defaults(request: JobRequest, user: User) -> tuple[dict[str, Any], Job
 def _project(user: User, slug: str | None) -> Project:
     if not slug:
         raise JobInvalid.one("project", _("Choose the project that pays for the job."))
-    # Lookups of one row by a unique key are get()s here: an ordered first() would sort
-    # (and join, for the ordering) on every job created.
-    try:
-        membership = Membership.objects.select_related("project").get(user=user, project__slug=slug)
-    except Membership.DoesNotExist:
+    membership = membership_of(user, slug)
+    if membership is None:
         raise JobInvalid.one(
             "project", _("You are not a member of a project %(slug)s.") % {"slug": repr(slug)}
-        ) from None
+        )
     return membership.project
 
 

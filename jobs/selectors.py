@@ -6,7 +6,8 @@ from django.conf import settings
 from django.db.models import Q, QuerySet
 from django.utils.translation import gettext as _
 
-from accounts.models import Membership, User
+from accounts.models import User
+from accounts.permissions import led_project_ids
 from jobs import output, worker_calls
 from jobs.errors import OutputUnavailable
 from jobs.models import Job, JobTemplate
@@ -15,9 +16,7 @@ from jobs.requests import templates_visible_to
 
 def jobs_visible_to(user: User) -> QuerySet[Job]:
     """The user's own jobs, and every job of the projects where they are PI or co-PI."""
-    led = Membership.objects.filter(
-        user=user, role__in=[Membership.Role.PI, Membership.Role.CO_PI]
-    ).values("project_id")
+    led = led_project_ids(user)
     return Job.objects.filter(Q(owner=user) | Q(project_id__in=led)).select_related(
         "owner", "project", "cluster", "partition"
     )

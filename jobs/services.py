@@ -18,7 +18,7 @@ from kombu.exceptions import OperationalError
 from accounts import ledger
 from accounts.errors import NoActiveAllocation, NotAllowed, QuotaExceeded
 from accounts.models import Project, User
-from accounts.requests import is_allocation_manager
+from accounts.permissions import is_allocation_manager, is_lead
 from audit.models import AuditEvent
 from audit.services import audit_record
 from clusters.selectors import cluster_status
@@ -218,7 +218,7 @@ def can_manage(user: User, job: Job) -> bool:
     """Owners manage their jobs; the project's PI and co-PIs may too."""
     if job.owner_id == user.pk:
         return True
-    return job.project.memberships.filter(user=user, role__in=["pi", "co_pi"]).exists()
+    return is_lead(user, job.project_id)
 
 
 def _not_allowed(action: str) -> str:
@@ -326,7 +326,7 @@ def job_template_create(
     if scope == JobTemplate.Scope.PROJECT:
         if project is None:
             raise JobInvalid.one("project", _("Choose the project to share the template with."))
-        if not project.memberships.filter(user=user, role__in=["pi", "co_pi"]).exists():
+        if not is_lead(user, project):
             raise NotAllowed(_("Only the project's PI and co-PIs can share templates with it."))
     elif scope == JobTemplate.Scope.GLOBAL:
         if not is_allocation_manager(user):
@@ -377,7 +377,7 @@ def template_change_refusal(user: User, template: JobTemplate) -> str | None:
             return None
         return _("Only allocation managers can change a template for everyone.")
     if template.scope == JobTemplate.Scope.PROJECT and template.project is not None:
-        if template.project.memberships.filter(user=user, role__in=["pi", "co_pi"]).exists():
+        if is_lead(user, template.project):
             return None
         return _(
             "Only the project's PI and co-PIs can change a template shared with it: "

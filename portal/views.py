@@ -18,7 +18,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from accounts.errors import NotAllowed
-from accounts.models import Allocation, Membership, Project, User
+from accounts.models import Allocation, Project, User
+from accounts.permissions import is_lead_role, membership_of
 from accounts.requests import allocation_request_create
 from accounts.selectors import (
     Balance,
@@ -140,13 +141,11 @@ class AllocationRequestForm(forms.Form):
 def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
     """A project: balance for every member; members, usage and all jobs for PI and co-PIs."""
     user = _user(request)
-    membership = (
-        Membership.objects.filter(user=user, project__slug=slug).select_related("project").first()
-    )
+    membership = membership_of(user, slug)
     if membership is None:
         raise Http404("No such project")
     project: Project = membership.project
-    leads = membership.role in (Membership.Role.PI, Membership.Role.CO_PI)
+    leads = is_lead_role(membership.role)
     form = AllocationRequestForm(request.POST or None) if leads else None
     if request.method == "POST":
         if form is None:
