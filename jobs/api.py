@@ -28,11 +28,9 @@ from jobs.requests import TEMPLATE_DEFAULT_FIELDS, JobRequest
 from jobs.scripts import MAX_DEPENDENCIES
 from jobs.selectors import job_detail, job_output, jobs_matching, templates_for
 from jobs.services import (
-    job_cancel,
+    job_act,
     job_create,
     job_estimate,
-    job_hold,
-    job_release,
     job_template_create,
 )
 from jobs.states import JobState
@@ -504,8 +502,7 @@ class _JobAction(APIView):
 
     def post(self, request: Request, pk: int) -> Response:
         job = visible_job(caller(request), pk)
-        act = {"cancel": job_cancel, "hold": job_hold, "release": job_release}[self.verb]
-        act(user=caller(request), job=job)
+        job_act(user=caller(request), job=job, action=self.verb)
         return Response(
             job_shown(visible_job(caller(request), pk)), status=status.HTTP_202_ACCEPTED
         )

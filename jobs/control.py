@@ -7,6 +7,7 @@ job's owner, and record the answer on the job's timeline.
 from django.utils import timezone
 
 from clusters.slurm import NotFound, SlurmRejected, client_for
+from jobs.actions import ACTIONS
 from jobs.models import Job, JobEvent
 from jobs.states import TERMINAL_STATES
 
@@ -29,8 +30,9 @@ def job_control(*, job_id: int, action: str) -> None:
     job = _in_slurm(job_id)
     if job is None:
         return
-    client = client_for(job.cluster)
-    call = {"cancel": client.cancel, "hold": client.hold, "release": client.release}[action]
+    if action not in ACTIONS:
+        raise ValueError(f"no job action {action!r}")
+    call = getattr(client_for(job.cluster), action)  # SlurmClient.cancel, .hold, .release
     assert job.slurm_job_id is not None and job.owner.posix_username
     try:
         call(job.slurm_job_id, user=job.owner.posix_username)

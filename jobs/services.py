@@ -13,7 +13,6 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
-from kombu.exceptions import OperationalError
 
 from accounts import ledger
 from accounts.errors import NoActiveAllocation, NotAllowed, QuotaExceeded
@@ -23,6 +22,8 @@ from audit.models import AuditEvent
 from audit.services import audit_record
 from clusters.selectors import cluster_status
 from clusters.slurm import SlurmUnavailable
+from jobs import dispatch
+from jobs.actions import CANCEL, HOLD, RELEASE, JobAction
 from jobs.errors import JobInvalid
 from jobs.models import Job, JobEvent, JobTemplate
 from jobs.requests import TEMPLATE_DEFAULT_FIELDS, JobRequest, PreparedJob, job_prepare
@@ -70,17 +71,6 @@ def _allocation_for(prepared: PreparedJob):
             _("%(project)s has no active GPU-hour allocation on %(cluster)s; a PI can request one.")
             % {"project": prepared.project, "cluster": prepared.cluster},
         ) from None
-
-
-def _enqueue_submit(job_id: int) -> None:
-    from jobs.tasks import job_submit_task
-
-    try:
-        # No publish retries: a request must not hang on a broker that is down.
-        job_submit_task.apply_async((job_id,), retry=False)
-    except OperationalError:
-        # The job is saved and holds its hours; the sweeper submits it once the broker is back.
-        logger.warning("could not enqueue job %s; the sweeper will submit it", job_id)
 
 
 def job_create(*, user: User, request: JobRequest, idempotency_key: str = "") -> Job:
@@ -146,7 +136,7 @@ def job_create_or_find(
                 detail=f"{job.requested_gpu_hours:,.2f} GPU-hours held",
                 at=job.created_at,
             )
-            transaction.on_commit(lambda: _enqueue_submit(job.pk))
+            transaction.on_commit(lambda: dispatch.submit(job.pk))
     except IntegrityError:
         # The same idempotency key raced in twice: the other request saved the job (this
         # one's INSERT waited for it to commit), and this one's hold was rolled back.
@@ -221,51 +211,29 @@ def can_manage(user: User, job: Job) -> bool:
     return is_lead(user, job.project_id)
 
 
-def _not_allowed(action: str) -> str:
-    return {
-        "cancel": _("Only the job's owner or the project's PI can cancel it."),
-        "hold": _("Only the job's owner or the project's PI can hold it."),
-        "release": _("Only the job's owner or the project's PI can release it."),
-    }[action]
-
-
-def _action(*, user: User, job: Job, action: str) -> Job:
+def _action(*, user: User, job: Job, action: JobAction) -> Job:
     if not can_manage(user, job):
-        raise NotAllowed(_not_allowed(action))
+        raise NotAllowed(str(action.refusal))
     if job.state in TERMINAL_STATES:
         raise JobInvalid.one(
             "__all__",
             _("Job #%(id)s has already ended (%(state)s).")
             % {"id": job.pk, "state": job.get_state_display()},
         )
-    from jobs import tasks
-
-    task = {
-        "cancel": tasks.job_cancel_task,
-        "hold": tasks.job_hold_task,
-        "release": tasks.job_release_task,
-    }[action]
-    job_event_add(job=job, state=job.state, detail=f"{action} asked by {user.username}")
+    job_event_add(job=job, state=job.state, detail=f"{action.name} asked by {user.username}")
     _audit_for_owner(user=user, job=job, action=action)
-    transaction.on_commit(lambda: task.delay(job.pk))
+    dispatch.control_on_commit(job.pk, action.name)
     return job
 
 
-_JOB_ACTIONS = {
-    "cancel": AuditEvent.Action.JOB_CANCEL,
-    "hold": AuditEvent.Action.JOB_HOLD,
-    "release": AuditEvent.Action.JOB_RELEASE,
-}
-
-
-def _audit_for_owner(*, user: User, job: Job, action: str) -> None:
+def _audit_for_owner(*, user: User, job: Job, action: JobAction) -> None:
     """A PI or co-PI acting on a member's job is recorded; an owner's own is not."""
     if job.owner_id == user.pk:
         return
     role = job.project.memberships.filter(user=user).values_list("role", flat=True).first()
     audit_record(
         actor=user,
-        action=_JOB_ACTIONS[action],
+        action=action.audit,
         target=job,
         on_behalf_of=job.owner,
         scope=job.project.slurm_account,
@@ -284,13 +252,13 @@ def job_cancel(*, user: User, job: Job) -> Job:
             )
             ledger.ledger_release(reference=locked.hold_reference)
             job_event_add(job=locked, state=JobState.CANCELLED, detail=f"by {user.username}")
-            _audit_for_owner(user=user, job=locked, action="cancel")
+            _audit_for_owner(user=user, job=locked, action=CANCEL)
             locked.refresh_from_db()
             return locked
         if locked.cancel_requested_at is None:
             # A submission in flight sees this and scancels the job once it has its id.
             Job.objects.filter(pk=locked.pk).update(cancel_requested_at=timezone.now())
-        return _action(user=user, job=locked, action="cancel")
+        return _action(user=user, job=locked, action=CANCEL)
 
 
 def job_hold(*, user: User, job: Job) -> Job:
@@ -300,13 +268,20 @@ def job_hold(*, user: User, job: Job) -> Job:
         locked = Job.objects.select_for_update().get(pk=job.pk)
         if locked.state != JobState.PENDING:
             raise JobInvalid.one("__all__", _("Only a job pending in Slurm's queue can be held."))
-        return _action(user=user, job=locked, action="hold")
+        return _action(user=user, job=locked, action=HOLD)
 
 
 def job_release(*, user: User, job: Job) -> Job:
     with transaction.atomic():
         locked = Job.objects.select_for_update().get(pk=job.pk)
-        return _action(user=user, job=locked, action="release")
+        return _action(user=user, job=locked, action=RELEASE)
+
+
+def job_act(*, user: User, job: Job, action: str) -> Job:
+    """Cancel, hold or release by the action's name (the pages' and the API's paths);
+    KeyError for any other name."""
+    service = {CANCEL.name: job_cancel, HOLD.name: job_hold, RELEASE.name: job_release}[action]
+    return service(user=user, job=job)
 
 
 def job_template_create(

@@ -23,7 +23,8 @@ from accounts.posix import posix_login_refusal
 from clusters.models import Cluster
 from clusters.slurm import SlurmError, SlurmRejected, SlurmUnavailable, client_for
 from clusters.slurm.types import SubmitRequest
-from jobs import scripts
+from jobs import dispatch, scripts
+from jobs.actions import CANCEL
 from jobs.models import Job, JobEvent
 from jobs.requests import DEPENDENCY_NEVER_OK, PreparedJob, home_of
 from jobs.states import JobState
@@ -251,9 +252,7 @@ def _record_submitted(job: Job, slurm_job_id: int, *, rendered_script: str) -> J
         return job
     job.refresh_from_db(fields=["state", "slurm_job_id", "submitted_at", "cancel_requested_at"])
     if job.cancel_requested_at is not None:
-        from jobs.tasks import job_cancel_task
-
-        job_cancel_task.delay(job.pk)
+        dispatch.control(job.pk, CANCEL.name)
     return job
 
 

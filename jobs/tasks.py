@@ -46,18 +46,8 @@ def job_submit_task(self, job_id: int) -> None:
 
 
 @shared_task(autoretry_for=(SlurmUnavailable,), retry_backoff=2, max_retries=10)
-def job_cancel_task(job_id: int) -> None:
-    job_control(job_id=job_id, action="cancel")
-
-
-@shared_task(autoretry_for=(SlurmUnavailable,), retry_backoff=2, max_retries=10)
-def job_hold_task(job_id: int) -> None:
-    job_control(job_id=job_id, action="hold")
-
-
-@shared_task(autoretry_for=(SlurmUnavailable,), retry_backoff=2, max_retries=10)
-def job_release_task(job_id: int) -> None:
-    job_control(job_id=job_id, action="release")
+def job_control_task(job_id: int, action: str) -> None:
+    job_control(job_id=job_id, action=action)
 
 
 @shared_task
@@ -143,8 +133,9 @@ def accounting_ingest_all_task() -> None:
         accounting_ingest_task.delay(cluster_id)
 
 
-# What the web tier waits on (jobs/worker_calls.py). No late acknowledgement: after a
-# lost worker the question is not asked again, its asker has long given up.
+# What the web tier waits on (jobs/worker_calls.py, through jobs/dispatch.py). No late
+# acknowledgement: after a lost worker the question is not asked again, its asker has
+# long given up.
 
 
 @shared_task(ignore_result=False, acks_late=False)

@@ -21,6 +21,7 @@ from accounts.models import Project, User
 from accounts.selectors import project_balance
 from clusters.models import Partition
 from jobs import selectors, services
+from jobs.actions import ACTIONS
 from jobs.errors import JobInvalid, OutputUnavailable
 from jobs.forms import JobForm, SaveTemplateForm, initial_from_job, initial_from_template
 from jobs.models import UNFINISHED_STATES, Job, JobTemplate
@@ -251,27 +252,14 @@ def job_output_partial(request: HttpRequest, job_id: int) -> HttpResponse:
 @require_POST
 def job_action(request: HttpRequest, job_id: int, action: str) -> HttpResponse:
     job = _job(request, job_id)
-    service = {
-        "cancel": services.job_cancel,
-        "hold": services.job_hold,
-        "release": services.job_release,
-    }.get(action)
-    if service is None:
+    if action not in ACTIONS:
         raise Http404("No such action")
     try:
-        service(user=_user(request), job=job)
+        services.job_act(user=_user(request), job=job, action=action)
     except (JobInvalid, NotAllowed) as error:
         messages.error(request, str(error))
     else:
-        messages.success(
-            request,
-            {
-                "cancel": _("Cancelling job #%(id)s."),
-                "hold": _("Holding job #%(id)s."),
-                "release": _("Releasing job #%(id)s."),
-            }[action]
-            % {"id": job.pk},
-        )
+        messages.success(request, ACTIONS[action].asked % {"id": job.pk})
     next_url = request.POST.get("next", "")
     if url_has_allowed_host_and_scheme(next_url, allowed_hosts={request.get_host()}):
         return redirect(next_url)

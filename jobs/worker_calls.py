@@ -10,40 +10,18 @@ answer at most a deadline; when it is missed, the page answers without that part
 
 import dataclasses
 import datetime as dt
-import logging
-from typing import Any
 
-from celery import Task
-from celery.exceptions import TimeoutError as NoAnswerInTime
 from django.utils import translation
 from django.utils.translation import gettext as _
 
 from clusters.slurm import SlurmUnavailable
 from clusters.slurm.types import SubmitRequest
-from jobs import tasks
+from jobs import dispatch
 from jobs.errors import OutputUnavailable
 from jobs.output import OutputText
 
-logger = logging.getLogger(__name__)
-
 # A little more than the worker's own deadline: the task's trip through Redis and back.
 ROUND_TRIP_S = 0.5
-
-
-def ask_worker(task: Task, *, deadline_s: float, **kwargs: Any) -> Any:
-    """``task``'s answer within ``deadline_s`` seconds, or None.
-
-    None whatever the reason (no worker free, the broker down, the task failed): the
-    caller answers without it. A task no worker started by the deadline is dropped
-    (``expires``), so a backlog never runs stale questions."""
-    try:
-        result = task.apply_async(kwargs=kwargs, expires=deadline_s)
-        return result.get(timeout=deadline_s, propagate=True)
-    except NoAnswerInTime:
-        logger.info("no worker answered %s within %.1fs", task.name, deadline_s)
-    except Exception:  # the broker, the result store, or the task itself
-        logger.warning("asking a worker for %s failed", task.name, exc_info=True)
-    return None
 
 
 def expected_start(
@@ -51,8 +29,8 @@ def expected_start(
 ) -> dt.datetime | None:
     """Slurm's expected start of ``request``, asked by a worker; SlurmUnavailable when no
     answer came within ``timeout_s`` (Slurm's or the worker's fault alike)."""
-    answer = ask_worker(
-        tasks.job_start_estimate_task,
+    answer = dispatch.ask(
+        dispatch.START_ESTIMATE,
         deadline_s=timeout_s + ROUND_TRIP_S,
         cluster_id=cluster_id,
         request=dataclasses.asdict(request),
@@ -69,8 +47,8 @@ def output_of(
 ) -> OutputText:
     """The end of a job's output file, read by a worker (``jobs.output.read_output_of``);
     OutputUnavailable saying why not, or that the workers did not answer in time."""
-    answer = ask_worker(
-        tasks.job_output_task,
+    answer = dispatch.ask(
+        dispatch.OUTPUT,
         deadline_s=timeout_s,
         posix_user=posix_user,
         path=path,
