@@ -16,6 +16,8 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.translation import gettext as _
+from kombu.exceptions import OperationalError
 
 from accounts.errors import AllocationOverlap, AlreadyDecided, NotAllowed
 from accounts.ledger import (
@@ -33,11 +35,11 @@ from accounts.models import (
     Project,
     User,
 )
-from accounts.reconcile import reconcile
 from accounts.requests import allocation_request_approve, allocation_request_deny
 from accounts.selectors import (
     allocation_balance,
     charges_of_projects,
+    last_reconcile_reports,
     project_active_allocations,
     project_balance,
     project_usage,
@@ -50,6 +52,7 @@ from accounts.services import (
     project_create,
     project_update,
 )
+from accounts.tasks import reconcile_task
 from accounts.usage import (
     CHARGES_HEADER,
     MONTHLY_HEADER,
@@ -60,7 +63,6 @@ from accounts.usage import (
     monthly_rows,
     usage_chart,
 )
-from clusters.selectors import clusters_enabled
 
 
 @admin.register(User)
@@ -407,17 +409,40 @@ class AllocationAdmin(admin.ModelAdmin):
         ]
 
     def drift_view(self, request):
-        """What differs between the portal and Slurm: the reconciler's plan, changing nothing."""
+        """What differed between the portal and Slurm when the reconciler last ran, from
+        its stored report: the web tier makes no Slurm call (it may not even hold the
+        rights to). A POST asks the workers for a run now."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        reports = [reconcile(cluster=cluster, dry_run=True) for cluster in clusters_enabled()]
+        if request.method == "POST":
+            if not self.has_change_permission(request):
+                raise PermissionDenied
+            self._queue_reconcile(request)
+            return redirect("admin:accounts_allocation_drift")
         context = {
             **self.admin_site.each_context(request),
-            "title": "Slurm drift",
-            "reports": reports,
+            "title": _("Slurm drift"),
+            "reports": last_reconcile_reports(),
+            "can_reconcile": self.has_change_permission(request),
             "opts": self.model._meta,
         }
         return render(request, "admin/accounts/allocation/drift.html", context)
+
+    def _queue_reconcile(self, request) -> None:
+        try:
+            # No publish retries: a page must not hang on a broker that is down.
+            reconcile_task.apply_async(retry=False)
+        except OperationalError:
+            self.message_user(
+                request,
+                _("The workers' queue does not answer; the reconciler runs again by itself."),
+                messages.ERROR,
+            )
+        else:
+            self.message_user(
+                request,
+                _("A reconcile run is queued; reload this page in a minute for its report."),
+            )
 
     def adjust_view(self, request, allocation_id: int):
         allocation = self.get_object(request, str(allocation_id))

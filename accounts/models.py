@@ -306,3 +306,21 @@ class PersonalAccessToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…) of {self.user}"
+
+
+class ReconcileReport(models.Model):
+    """What the last reconcile run of a cluster found: the drift page shows it, so the
+    web tier asks Slurm nothing. One row per cluster, replaced by every run."""
+
+    cluster = models.OneToOneField(
+        Cluster, on_delete=models.CASCADE, related_name="reconcile_report"
+    )
+    ran_at = models.DateTimeField()
+    dry_run = models.BooleanField(default=False)
+    # [{"account": "vision", "change": "vision: add user alice"}, …], as Action prints them.
+    actions = models.JSONField(default=list)
+    errors = models.JSONField(default=list)
+    warnings = models.JSONField(default=list)
+
+    def __str__(self) -> str:
+        return f"reconcile of {self.cluster} at {self.ran_at:%Y-%m-%d %H:%M}"

@@ -12,6 +12,10 @@ The portal changes only accounts it created (organization ``portal``). A
 project bound to an account that a site made by hand — someone else's budget,
 or ``root`` — gets no users, associations or limits: the run reports it as an
 error and leaves the account alone.
+
+Every run stores its report (``ReconcileReport``, one per cluster): the admin
+console's drift page shows the last one, as of when it ran, and asks Slurm
+nothing itself.
 """
 
 import math
@@ -21,7 +25,7 @@ from decimal import Decimal
 from django.db.models import Min
 from django.utils import timezone
 
-from accounts.models import Allocation, Project
+from accounts.models import Allocation, Project, ReconcileReport
 from accounts.selectors import project_balance
 from clusters.models import Cluster
 from clusters.slurm import NotFound, SlurmClient, SlurmError, client_for
@@ -153,4 +157,22 @@ def reconcile(*, cluster: Cluster, dry_run: bool = False) -> Report:
                     _apply(client, project, action)
         except (SlurmError, NotThePortalsAccount) as exc:
             report.errors.append(f"{project.slurm_account}: {exc}")
+    reconcile_report_save(cluster=cluster, report=report)
     return report
+
+
+def reconcile_report_save(*, cluster: Cluster, report: Report) -> ReconcileReport:
+    """Keep the run's report as the cluster's last one."""
+    saved, _ = ReconcileReport.objects.update_or_create(
+        cluster=cluster,
+        defaults={
+            "ran_at": timezone.now(),
+            "dry_run": report.dry_run,
+            "actions": [
+                {"account": action.account, "change": str(action)} for action in report.actions
+            ],
+            "errors": report.errors,
+            "warnings": report.warnings,
+        },
+    )
+    return saved

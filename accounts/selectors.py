@@ -8,8 +8,9 @@ from typing import NamedTuple
 from django.db.models import Prefetch, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, TruncDate, TruncMonth
 
-from accounts.models import Allocation, LedgerEntry, Membership, Project, User
+from accounts.models import Allocation, LedgerEntry, Membership, Project, ReconcileReport, User
 from clusters.models import Cluster
+from clusters.selectors import clusters_enabled
 
 
 def memberships_of_user(user: User) -> QuerySet[Membership]:
@@ -188,3 +189,12 @@ def allocation_daily_usage(allocation: Allocation) -> dict[dt.date, int]:
         .order_by("day")
     )
     return {row["day"]: -row["used"] for row in rows}
+
+
+def last_reconcile_reports() -> list[tuple[Cluster, ReconcileReport | None]]:
+    """Each enabled cluster with the report of its last reconcile run (None before the
+    first): what the drift page shows instead of asking Slurm."""
+    return [
+        (cluster, getattr(cluster, "reconcile_report", None))
+        for cluster in clusters_enabled().select_related("reconcile_report")
+    ]

@@ -200,37 +200,120 @@ def granted_project(account: str, *, cluster, manny) -> Project:
     return project
 
 
+def no_slurm(monkeypatch) -> None:
+    """Any Slurm client made from now on fails the test: a page must not ask Slurm."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the web tier made a Slurm client")
+
+    from clusters import slurm
+    from clusters.slurm.cli import CliClient
+    from clusters.slurm.rest import RestClient
+
+    monkeypatch.setattr(slurm, "client_for", refuse)
+    monkeypatch.setattr(CliClient, "__init__", refuse)
+    monkeypatch.setattr(RestClient, "__init__", refuse)
+
+
+DRIFT = "/admin/accounts/allocation/slurm-drift/"
+
+
 @pytest.mark.slurm
-def test_the_drift_report_lists_what_the_reconciler_would_change(client, manny, dev_cluster):
+def test_the_drift_page_shows_the_last_runs_report_and_asks_slurm_nothing(
+    client, manny, dev_cluster, monkeypatch
+):
     import uuid
+
+    from accounts.reconcile import reconcile
+    from clusters.slurm import NotFound, client_for
 
     account = f"d{uuid.uuid4().hex[:10]}"
     granted_project(account, cluster=dev_cluster, manny=manny)
+    reconcile(cluster=dev_cluster, dry_run=True)  # as `manage.py reconcile_slurm --dry-run`
     client.force_login(manny)
-    assert b"Slurm drift" in client.get("/admin/accounts/allocation/").content
-    response = client.get("/admin/accounts/allocation/slurm-drift/")
+    with monkeypatch.context() as patched:
+        no_slurm(patched)
+        assert b"Slurm drift" in client.get("/admin/accounts/allocation/").content
+        response = client.get(DRIFT)
     assert response.status_code == 200
-    assert f"{account}: add account".encode() in response.content
-    assert f"{account}: GrpTRESMins gres/gpu None → 60".encode() in response.content
-    from clusters.slurm import NotFound, client_for
-
+    page = response.content.decode()
+    assert f"{account}: add account" in page
+    assert f"{account}: GrpTRESMins gres/gpu None → 60" in page
+    assert "As of " in page and "dry run" in page
     with pytest.raises(NotFound):
-        client_for(dev_cluster).account_users(account)  # the report changed nothing
+        client_for(dev_cluster).account_users(account)  # the dry run changed nothing
+
+
+def test_the_drift_page_says_when_no_run_was_recorded(client, manny, cluster, monkeypatch):
+    no_slurm(monkeypatch)
+    client.force_login(manny)
+    response = client.get(DRIFT)
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "portal-dev" in page
+    assert "No reconcile run has been recorded for this cluster yet" in page
+    assert "As of " not in page
+
+
+def test_a_manager_asks_for_a_run_now_and_it_is_queued(client, manny, cluster, monkeypatch):
+    from accounts.tasks import reconcile_task
+
+    queued = []
+    monkeypatch.setattr(reconcile_task, "apply_async", lambda *a, **kw: queued.append(kw))
+    no_slurm(monkeypatch)
+    client.force_login(manny)
+    assert b"Reconcile now" in client.get(DRIFT).content
+    response = client.post(DRIFT, follow=True)
+    assert response.redirect_chain == [(DRIFT, 302)]
+    assert queued == [{"retry": False}]
+    assert "A reconcile run is queued" in response.content.decode()
+
+
+def test_a_run_now_with_the_broker_down_says_so(client, manny, cluster, monkeypatch):
+    from kombu.exceptions import OperationalError
+
+    from accounts.tasks import reconcile_task
+
+    def down(*args, **kwargs):
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(reconcile_task, "apply_async", down)
+    client.force_login(manny)
+    response = client.post(DRIFT, follow=True)
+    assert response.status_code == 200
+    assert "does not answer" in response.content.decode()
+
+
+def test_staff_who_may_only_view_allocations_cannot_ask_for_a_run(client, cluster, monkeypatch):
+    from accounts.tasks import reconcile_task
+
+    queued = []
+    monkeypatch.setattr(reconcile_task, "apply_async", lambda *a, **kw: queued.append(kw))
+    viewer = staff_with("vera", "view_allocation")
+    client.force_login(viewer)
+    page = client.get(DRIFT)
+    assert page.status_code == 200 and b"Reconcile now" not in page.content
+    assert client.post(DRIFT).status_code == 403
+    assert queued == []
 
 
 @pytest.mark.slurm
-def test_the_drift_report_shows_a_project_bound_to_an_account_made_by_hand(
-    client, manny, dev_cluster
+def test_the_drift_page_shows_a_project_bound_to_an_account_made_by_hand(
+    client, manny, dev_cluster, monkeypatch
 ):
     import subprocess
     import uuid
+
+    from accounts.tasks import reconcile_task
 
     account = f"h{uuid.uuid4().hex[:10]}"
     subprocess.run(["sacctmgr", "-i", "add", "account", account], capture_output=True, check=True)
     try:
         granted_project(account, cluster=dev_cluster, manny=manny)
+        reconcile_task()
         client.force_login(manny)
-        page = client.get("/admin/accounts/allocation/slurm-drift/").content.decode()
+        no_slurm(monkeypatch)
+        page = client.get(DRIFT).content.decode()
         assert f"{account}: the Slurm account exists but the portal did not create it" in page
         assert f"{account}: GrpTRESMins" not in page
     finally:

@@ -7,6 +7,7 @@ from decimal import Decimal
 
 import pytest
 from django.test import override_settings
+from django.utils import timezone
 
 from accounts.ledger import allocation_grant, ledger_charge, ledger_hold
 from accounts.models import Membership
@@ -157,3 +158,22 @@ def test_an_account_made_by_hand_is_refused_and_given_nothing(project, dev_clust
 def test_the_portals_own_accounts_are_marked_as_its_own(project, dev_cluster):
     reconcile(cluster=dev_cluster)
     assert client_for(dev_cluster).account_organization(project.slurm_account) == "portal"
+
+
+@pytest.mark.slurm
+def test_the_beat_task_keeps_each_clusters_last_report_with_its_time(project, dev_cluster):
+    from accounts.models import ReconcileReport
+    from accounts.tasks import reconcile_task
+
+    account = project.slurm_account
+    before = timezone.now()
+    reconcile_task()
+    first = ReconcileReport.objects.get(cluster=dev_cluster)
+    assert first.ran_at >= before and not first.dry_run
+    assert {"account": account, "change": f"{account}: add account"} in first.actions
+    assert first.errors == []
+    # The next run replaces it: nothing is left to change for this project.
+    reconcile_task()
+    again = ReconcileReport.objects.get(cluster=dev_cluster)
+    assert again.ran_at > first.ran_at
+    assert [a for a in again.actions if a["account"] == account] == []
