@@ -14,13 +14,21 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts import permissions, tokens
+from accounts import tokens
+from accounts.api_support import (
+    Conflict,
+    caller,
+    cluster_named,
+    member_project,
+    not_found,
+    query,
+    related,
+)
 from accounts.models import (
     Allocation,
     AllocationRequest,
     Membership,
     PersonalAccessToken,
-    Project,
     User,
 )
 from accounts.permissions import is_allocation_manager, is_lead_role, led_project_ids
@@ -36,39 +44,6 @@ from accounts.selectors import (
     memberships_of_user,
     project_usage,
 )
-from clusters.models import Cluster
-
-
-class Conflict(exceptions.APIException):
-    """409: the request clashes with the object's state; ``code`` says how."""
-
-    status_code = status.HTTP_409_CONFLICT
-    default_code = "conflict"
-    default_detail = "The request conflicts with the current state."
-
-
-def caller(request: Request) -> User:
-    """The user who calls; every view but the schema's lets only the authenticated in."""
-    user = request.user
-    if not isinstance(user, User):
-        raise exceptions.NotAuthenticated()
-    return user
-
-
-def related(attribute: str, *, null: bool = False) -> serializers.SlugRelatedField[Any]:
-    """A related object shown by one of its fields (a slug, a name, a username)."""
-    return serializers.SlugRelatedField(slug_field=attribute, read_only=True, allow_null=null)
-
-
-def query(serializer_class: type[serializers.Serializer], request: Request) -> dict[str, Any]:
-    """The request's query parameters, checked (a 400 naming the parameter) like a body."""
-    serializer = serializer_class(data=request.query_params)
-    serializer.is_valid(raise_exception=True)
-    return dict(serializer.validated_data)
-
-
-def not_found(what: str) -> exceptions.NotFound:
-    return exceptions.NotFound(f"There is no {what} of yours.")
 
 
 def membership_or_404(user: User, slug: str) -> Membership:
@@ -77,31 +52,6 @@ def membership_or_404(user: User, slug: str) -> Membership:
     if membership is None:
         raise not_found(f"project {slug!r}")
     return membership
-
-
-def member_project(user: User, slug: Any, *, field: str = "project") -> Project:
-    """A project named in a request body: one of the user's, or a 400 on ``field``
-    (the same words whether it exists or not: an outsider learns nothing)."""
-    membership = permissions.membership_of(user, slug)
-    if membership is None:
-        raise exceptions.ValidationError({field: [f"You are not a member of a project {slug!r}."]})
-    return membership.project
-
-
-def cluster_named(name: str | None, *, field: str = "cluster") -> Cluster:
-    """The enabled cluster ``name``; left out, the only one (or a 400 naming the choices)."""
-    clusters = Cluster.objects.filter(is_enabled=True).order_by("name")
-    if name:
-        cluster = clusters.filter(name=name).first()
-        if cluster is None:
-            raise exceptions.ValidationError({field: [f"There is no cluster {name!r}."]})
-        return cluster
-    found = list(clusters[:2])
-    if len(found) != 1:
-        raise exceptions.ValidationError(
-            {field: ["Choose a cluster: the portal has more than one (or none yet)."]}
-        )
-    return found[0]
 
 
 # Shapes.

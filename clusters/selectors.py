@@ -5,12 +5,28 @@ import datetime as dt
 from django.conf import settings
 from django.db.models import QuerySet
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
+from clusters.errors import NoSuchCluster
 from clusters.models import Cluster, ClusterProbe
 
 
 def clusters_enabled() -> QuerySet[Cluster]:
     return Cluster.objects.filter(is_enabled=True).order_by("name")
+
+
+def cluster_named(name: str | None) -> Cluster:
+    """The enabled cluster ``name``; left out, the only one. NoSuchCluster says which
+    to choose otherwise."""
+    if name:
+        try:
+            return clusters_enabled().get(name=name)
+        except Cluster.DoesNotExist:
+            raise NoSuchCluster(_("There is no cluster %(name)s.") % {"name": repr(name)}) from None
+    found = list(clusters_enabled()[:2])
+    if len(found) != 1:
+        raise NoSuchCluster(_("Choose a cluster: the portal has more than one (or none yet)."))
+    return found[0]
 
 
 def cluster_health() -> dict[str, dict]:

@@ -20,7 +20,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.api import Conflict, caller, member_project, query, related
+from accounts.api_support import Conflict, caller, member_project, query, related
 from accounts.models import User
 from jobs.idempotency import IdempotencyConflict, job_create_once
 from jobs.models import Job, JobEvent, JobTemplate

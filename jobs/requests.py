@@ -18,7 +18,9 @@ from django.utils.translation import gettext as _
 
 from accounts.models import Project, User
 from accounts.permissions import membership_of
+from clusters.errors import NoSuchCluster
 from clusters.models import Cluster, Partition
+from clusters.selectors import cluster_named
 from jobs import paths, scripts
 from jobs.errors import JobInvalid
 from jobs.models import Job, JobTemplate
@@ -128,18 +130,10 @@ def _project(user: User, slug: str | None) -> Project:
 
 
 def _cluster(name: str | None) -> Cluster:
-    clusters = Cluster.objects.filter(is_enabled=True)
-    if name:
-        try:
-            return clusters.get(name=name)
-        except Cluster.DoesNotExist:
-            raise JobInvalid.one(
-                "cluster", _("There is no cluster %(name)s.") % {"name": repr(name)}
-            ) from None
-    found = list(clusters.order_by()[:2])
-    if len(found) != 1:
-        raise JobInvalid.one("cluster", _("Choose a cluster: the portal has more than one."))
-    return found[0]
+    try:
+        return cluster_named(name)
+    except NoSuchCluster as error:
+        raise JobInvalid.one("cluster", str(error)) from None
 
 
 def _partition(cluster: Cluster, name: str | None) -> Partition:
