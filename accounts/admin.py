@@ -9,7 +9,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import Count, F, OuterRef, Subquery, Sum
+from django.db.models import Count, OuterRef, Subquery, Sum
 from django.http import Http404, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.template.response import TemplateResponse
@@ -27,6 +27,7 @@ from accounts.ledger import (
     allocation_revoke,
 )
 from accounts.models import (
+    AVAILABLE_GPU_SECONDS,
     Allocation,
     AllocationRequest,
     LedgerEntry,
@@ -212,14 +213,7 @@ class ProjectAdmin(admin.ModelAdmin):
         active = (
             Allocation.objects.filter(project=OuterRef("pk"), state=Allocation.State.ACTIVE)
             .values("project")
-            .annotate(
-                seconds=Sum(
-                    F("granted_gpu_seconds")
-                    - F("used_gpu_seconds")
-                    - F("held_gpu_seconds")
-                    - F("expired_gpu_seconds")
-                )
-            )
+            .annotate(seconds=Sum(AVAILABLE_GPU_SECONDS))
             .values("seconds")
         )
         members = (

@@ -25,6 +25,7 @@ from accounts.api_support import (
     related,
 )
 from accounts.models import (
+    BALANCE_FIELDS,
     Allocation,
     AllocationRequest,
     Membership,
@@ -70,12 +71,8 @@ def balance_of(allocations: Iterable[Allocation]) -> dict[str, float]:
     """The project balance (accounts.selectors.project_balance) from rows already loaded:
     the sum over the active allocations."""
     active = [a for a in allocations if a.state == Allocation.State.ACTIVE]
-    return Balance(
-        granted_gpu_seconds=sum(a.granted_gpu_seconds for a in active),
-        used_gpu_seconds=sum(a.used_gpu_seconds for a in active),
-        held_gpu_seconds=sum(a.held_gpu_seconds for a in active),
-        expired_gpu_seconds=sum(a.expired_gpu_seconds for a in active),
-    ).as_gpu_hours()
+    totals = {field: sum(getattr(a, field) for a in active) for field in BALANCE_FIELDS}
+    return Balance(**totals).as_gpu_hours()
 
 
 class AllocationSerializer(serializers.ModelSerializer):

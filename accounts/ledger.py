@@ -18,29 +18,17 @@ from django.utils.formats import date_format
 from django.utils.translation import gettext as _
 
 from accounts.errors import AllocationOverlap, NoActiveAllocation, QuotaExceeded
-from accounts.models import Allocation, LedgerEntry, Project, User
+from accounts.models import (
+    AVAILABLE_GPU_SECONDS,
+    LEDGER_TOTALS,
+    Allocation,
+    LedgerEntry,
+    Project,
+    User,
+)
 from audit.models import AuditEvent
 from audit.services import audit_record
 from clusters.models import Cluster, Partition
-
-# Which cached total each kind moves, and with which sign of its gpu_seconds.
-_TOTALS = {
-    LedgerEntry.Kind.GRANT: ("granted_gpu_seconds", 1),
-    LedgerEntry.Kind.ADJUST: ("granted_gpu_seconds", 1),
-    LedgerEntry.Kind.HOLD: ("held_gpu_seconds", -1),
-    LedgerEntry.Kind.RELEASE: ("held_gpu_seconds", -1),
-    LedgerEntry.Kind.CHARGE: ("used_gpu_seconds", -1),
-    LedgerEntry.Kind.EXPIRE: ("expired_gpu_seconds", -1),
-}
-
-
-# Allocation.available_gpu_seconds, in SQL.
-_AVAILABLE = (
-    F("granted_gpu_seconds")
-    - F("used_gpu_seconds")
-    - F("held_gpu_seconds")
-    - F("expired_gpu_seconds")
-)
 
 
 def _append(
@@ -65,7 +53,7 @@ def _append(
         user=user,
         partition=partition,
     )
-    field, sign = _TOTALS[LedgerEntry.Kind(kind)]
+    field, sign = LEDGER_TOTALS[LedgerEntry.Kind(kind)]
     Allocation.objects.filter(pk=allocation.pk).update(**{field: F(field) + sign * gpu_seconds})
     # The row is locked (or was just created) by this transaction: nobody else moved it.
     setattr(allocation, field, getattr(allocation, field) + sign * gpu_seconds)
@@ -244,7 +232,7 @@ def ledger_hold(
         # (the other's WHERE is evaluated again on the row the first one wrote).
         covered = (
             Allocation.objects.filter(pk=allocation.pk)
-            .alias(available=_AVAILABLE)
+            .alias(available=AVAILABLE_GPU_SECONDS)
             .filter(available__gte=gpu_seconds)
             .update(held_gpu_seconds=F("held_gpu_seconds") + gpu_seconds)
         )

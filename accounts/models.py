@@ -1,3 +1,5 @@
+from typing import Protocol
+
 from django.contrib.auth.models import AbstractUser
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
@@ -136,12 +138,48 @@ class Allocation(models.Model):
 
     @property
     def available_gpu_seconds(self) -> int:
-        return (
-            self.granted_gpu_seconds
-            - self.used_gpu_seconds
-            - self.held_gpu_seconds
-            - self.expired_gpu_seconds
-        )
+        return available_gpu_seconds(self)
+
+
+# The balance, defined once: an allocation's four cached totals, what is available from
+# them (in Python for a row or a sum, in SQL for a query), and which total each kind of
+# ledger entry moves (LEDGER_TOTALS, below). The ledger, the selectors, the admin, the
+# API and the drift check all use these.
+BALANCE_FIELDS = (
+    "granted_gpu_seconds",
+    "used_gpu_seconds",
+    "held_gpu_seconds",
+    "expired_gpu_seconds",
+)
+
+
+class HasTotals(Protocol):
+    @property
+    def granted_gpu_seconds(self) -> int: ...
+    @property
+    def used_gpu_seconds(self) -> int: ...
+    @property
+    def held_gpu_seconds(self) -> int: ...
+    @property
+    def expired_gpu_seconds(self) -> int: ...
+
+
+def available_gpu_seconds(totals: HasTotals) -> int:
+    """Granted, less used, held and lapsed: what new jobs can still use."""
+    return (
+        totals.granted_gpu_seconds
+        - totals.used_gpu_seconds
+        - totals.held_gpu_seconds
+        - totals.expired_gpu_seconds
+    )
+
+
+AVAILABLE_GPU_SECONDS = (
+    models.F("granted_gpu_seconds")
+    - models.F("used_gpu_seconds")
+    - models.F("held_gpu_seconds")
+    - models.F("expired_gpu_seconds")
+)
 
 
 class LedgerEntry(models.Model):
@@ -200,6 +238,18 @@ class LedgerEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} {self.gpu_seconds / 3600:+g} GPU-h"
+
+
+# Which cached total each kind of entry moves, and with which sign of its gpu_seconds
+# (a hold's or a charge's gpu_seconds are negative: they lower the balance).
+LEDGER_TOTALS = {
+    LedgerEntry.Kind.GRANT: ("granted_gpu_seconds", 1),
+    LedgerEntry.Kind.ADJUST: ("granted_gpu_seconds", 1),
+    LedgerEntry.Kind.HOLD: ("held_gpu_seconds", -1),
+    LedgerEntry.Kind.RELEASE: ("held_gpu_seconds", -1),
+    LedgerEntry.Kind.CHARGE: ("used_gpu_seconds", -1),
+    LedgerEntry.Kind.EXPIRE: ("expired_gpu_seconds", -1),
+}
 
 
 class AllocationRequest(models.Model):

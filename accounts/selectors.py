@@ -8,7 +8,17 @@ from typing import NamedTuple
 from django.db.models import Prefetch, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, TruncDate, TruncMonth
 
-from accounts.models import Allocation, LedgerEntry, Membership, Project, ReconcileReport, User
+from accounts.models import (
+    BALANCE_FIELDS,
+    LEDGER_TOTALS,
+    Allocation,
+    LedgerEntry,
+    Membership,
+    Project,
+    ReconcileReport,
+    User,
+    available_gpu_seconds,
+)
 from clusters.models import Cluster
 from clusters.selectors import clusters_enabled
 
@@ -39,12 +49,7 @@ class Balance:
 
     @property
     def available_gpu_seconds(self) -> int:
-        return (
-            self.granted_gpu_seconds
-            - self.used_gpu_seconds
-            - self.held_gpu_seconds
-            - self.expired_gpu_seconds
-        )
+        return available_gpu_seconds(self)
 
     def as_gpu_hours(self) -> dict[str, float]:
         """The API's balance shape (DESIGN: granted, used, held, available)."""
@@ -56,16 +61,8 @@ class Balance:
         }
 
 
-_TOTAL_FIELDS = (
-    "granted_gpu_seconds",
-    "used_gpu_seconds",
-    "held_gpu_seconds",
-    "expired_gpu_seconds",
-)
-
-
 def allocation_balance(allocation: Allocation) -> Balance:
-    return Balance(**{field: getattr(allocation, field) for field in _TOTAL_FIELDS})
+    return Balance(**{field: getattr(allocation, field) for field in BALANCE_FIELDS})
 
 
 def project_balance(project: Project, *, cluster: Cluster | None = None) -> Balance:
@@ -73,19 +70,16 @@ def project_balance(project: Project, *, cluster: Cluster | None = None) -> Bala
     allocations = Allocation.objects.filter(project=project, state=Allocation.State.ACTIVE)
     if cluster is not None:
         allocations = allocations.filter(cluster=cluster)
-    totals = allocations.aggregate(**{field: Sum(field) for field in _TOTAL_FIELDS})
-    return Balance(**{field: totals[field] or 0 for field in _TOTAL_FIELDS})
+    totals = allocations.aggregate(**{field: Sum(field) for field in BALANCE_FIELDS})
+    return Balance(**{field: totals[field] or 0 for field in BALANCE_FIELDS})
 
 
 def ledger_drift() -> list[tuple[int, str, int, int]]:
     """Allocations whose cached totals differ from their entries' sums:
     (allocation id, field, cached, summed). Empty when the books are consistent."""
-    kinds = {
-        "granted_gpu_seconds": (["grant", "adjust"], 1),
-        "used_gpu_seconds": (["charge"], -1),
-        "held_gpu_seconds": (["hold", "release"], -1),
-        "expired_gpu_seconds": (["expire"], -1),
-    }
+    kinds: dict[str, tuple[list[str], int]] = {}
+    for kind, (field, sign) in LEDGER_TOTALS.items():
+        kinds.setdefault(field, ([], sign))[0].append(kind)
     sums = Allocation.objects.annotate(
         **{
             f"sum_{field}": Coalesce(
