@@ -19,7 +19,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from kombu.exceptions import OperationalError
 
-from accounts.errors import AllocationOverlap, AlreadyDecided, NotAllowed
+from accounts.errors import AllocationOverlap, AlreadyDecided, NotAllowed, Refused
 from accounts.ledger import (
     allocation_adjust,
     allocation_grant,
@@ -452,7 +452,7 @@ class AllocationAdmin(admin.ModelAdmin):
                     actor=request.user,
                     reason=form.cleaned_data["reason"],
                 )
-            except ValueError as exc:
+            except Refused as exc:
                 form.add_error("gpu_hours", str(exc))
             else:
                 self.log_change(request, allocation, f"Adjusted by {seconds / 3600:+,.2f} GPU-h")
@@ -483,7 +483,7 @@ class AllocationAdmin(admin.ModelAdmin):
                     entry = allocation_revoke(
                         allocation=allocation, actor=request.user, reason=reason
                     )
-                except ValueError as exc:
+                except Refused as exc:
                     self.message_user(request, f"{allocation}: {exc}", messages.ERROR)
                     continue
                 if entry is None:
@@ -579,7 +579,7 @@ class AllocationRequestAdmin(admin.ModelAdmin):
         for allocation_request in queryset:
             try:
                 decide(allocation_request)
-            except (NotAllowed, AlreadyDecided, AllocationOverlap, ValueError) as exc:
+            except (NotAllowed, AlreadyDecided, AllocationOverlap, Refused) as exc:
                 self.message_user(request, f"{allocation_request}: {exc}", messages.ERROR)
             else:
                 self.log_change(request, allocation_request, verb)

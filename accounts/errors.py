@@ -23,6 +23,12 @@ class NoActiveAllocation(Exception):
     """The project has no active allocation on the cluster today."""
 
 
+class Refused(Exception):
+    """A write to the bank that cannot be made as asked (no reason given, a zero or
+    too large adjustment, revoking what already lapsed); the message says what to fix.
+    Pages show it beside the form; a bug (any other exception) is never shown so."""
+
+
 class NotAllowed(Exception):
     """The user's role does not allow this (e.g. a member asking for hours)."""
 

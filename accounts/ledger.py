@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.translation import gettext as _
 
-from accounts.errors import AllocationOverlap, NoActiveAllocation, QuotaExceeded
+from accounts.errors import AllocationOverlap, NoActiveAllocation, QuotaExceeded, Refused
 from accounts.models import (
     AVAILABLE_GPU_SECONDS,
     LEDGER_TOTALS,
@@ -136,7 +136,7 @@ def allocation_grant(
 ) -> Allocation:
     """Create an active allocation and grant it its GPU-hours, in one transaction."""
     if gpu_hours <= 0:
-        raise ValueError(_("An allocation grants a positive number of GPU-hours."))
+        raise Refused(_("An allocation grants a positive number of GPU-hours."))
     allocation = Allocation(
         project=project,
         cluster=cluster,
@@ -184,13 +184,13 @@ def allocation_adjust(
 ) -> LedgerEntry:
     """Add (or, negative, take away) GPU-seconds; a reason is required."""
     if not reason.strip():
-        raise ValueError(_("An adjustment needs a reason."))
+        raise Refused(_("An adjustment needs a reason."))
     if gpu_seconds == 0:
-        raise ValueError(_("An adjustment of zero changes nothing."))
+        raise Refused(_("An adjustment of zero changes nothing."))
     with transaction.atomic():
         locked = _locked(allocation.pk)
         if locked.granted_gpu_seconds + gpu_seconds < 0:
-            raise ValueError(_("An adjustment cannot take away more than was granted."))
+            raise Refused(_("An adjustment cannot take away more than was granted."))
         entry = _append(
             allocation=locked,
             kind=LedgerEntry.Kind.ADJUST,
@@ -337,13 +337,13 @@ def allocation_revoke(*, allocation: Allocation, actor: User, reason: str) -> Le
     even when nothing is left, so the revocation is in the books). Hours held by
     running jobs stay held; those jobs are charged as usual. A repeat is a no-op."""
     if not reason.strip():
-        raise ValueError(_("Say why the allocation is revoked: the reason is kept in the ledger."))
+        raise Refused(_("Say why the allocation is revoked: the reason is kept in the ledger."))
     with transaction.atomic():
         locked = _locked(allocation.pk)
         if locked.state == Allocation.State.REVOKED:
             return None
         if locked.state == Allocation.State.EXPIRED:
-            raise ValueError(_("This allocation has already expired; its unused hours lapsed."))
+            raise Refused(_("This allocation has already expired; its unused hours lapsed."))
         entry = _append(
             allocation=locked,
             kind=LedgerEntry.Kind.EXPIRE,

@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from accounts.errors import AlreadyDecided, NotAllowed
+from accounts.errors import AlreadyDecided, NotAllowed, Refused
 from accounts.ledger import allocation_grant
 from accounts.models import AllocationRequest, Project, User
 from accounts.permissions import is_allocation_manager, is_lead
@@ -87,7 +87,7 @@ def allocation_request_deny(
     *, request: AllocationRequest, manager: User, comment: str
 ) -> AllocationRequest:
     if not comment.strip():
-        raise ValueError(_("Say why the request is denied: the PI reads the comment."))
+        raise Refused(_("Say why the request is denied: the PI reads the comment."))
     with transaction.atomic():
         locked = _decide(request.pk, manager)
         locked.state = AllocationRequest.State.DENIED

@@ -27,6 +27,7 @@ from accounts.errors import (
     NoActiveAllocation,
     NotAllowed,
     QuotaExceeded,
+    Refused,
     TooManyTokens,
 )
 from clusters.slurm.errors import SlurmRejected, SlurmUnavailable
@@ -98,6 +99,8 @@ def _from_domain(exc: Exception) -> ApiError | None:
         )
     if isinstance(exc, NotAllowed):
         return ApiError(403, "permission_denied", str(exc))
+    if isinstance(exc, Refused):
+        return invalid({ALL: [str(exc)]}, str(exc))
     if isinstance(exc, AlreadyDecided):
         return ApiError(409, "already_decided", str(exc))
     if isinstance(exc, AllocationOverlap):

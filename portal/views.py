@@ -17,7 +17,7 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from accounts.errors import NotAllowed
+from accounts.errors import NotAllowed, Refused
 from accounts.models import Allocation, Project, User
 from accounts.permissions import is_lead_role, membership_of
 from accounts.requests import allocation_request_create
@@ -153,7 +153,7 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
         if form.is_valid():
             try:
                 allocation_request_create(project=project, requested_by=user, **form.cleaned_data)
-            except (NotAllowed, ValueError) as error:
+            except (NotAllowed, Refused) as error:
                 form.add_error(None, str(error))
             except ValidationError as error:
                 errors = (

@@ -7,7 +7,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, connection, transaction
 
-from accounts.errors import NoActiveAllocation, QuotaExceeded
+from accounts.errors import NoActiveAllocation, QuotaExceeded, Refused
 from accounts.ledger import (
     active_allocation,
     allocation_adjust,
@@ -64,7 +64,7 @@ def test_a_grant_makes_an_active_allocation_with_its_hours(vision, cluster):
 
 @pytest.mark.parametrize("hours", [0, -5])
 def test_a_grant_of_no_hours_is_refused_and_nothing_saved(vision, cluster, hours):
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(Refused, match="positive"):
         grant(vision, cluster, hours)
     assert not Allocation.objects.exists()
 
@@ -138,9 +138,9 @@ def test_a_job_outside_the_portal_is_charged_without_a_hold(vision, cluster):
 
 def test_an_adjustment_needs_a_reason_and_cannot_take_more_than_granted(vision, cluster, alice):
     allocation = grant(vision, cluster, 10)
-    with pytest.raises(ValueError, match="reason"):
+    with pytest.raises(Refused, match="reason"):
         allocation_adjust(allocation=allocation, gpu_seconds=HOUR, actor=alice, reason=" ")
-    with pytest.raises(ValueError, match="more than was granted"):
+    with pytest.raises(Refused, match="more than was granted"):
         allocation_adjust(allocation=allocation, gpu_seconds=-11 * HOUR, actor=alice, reason="x")
     entry = allocation_adjust(
         allocation=allocation, gpu_seconds=-2 * HOUR, actor=alice, reason="overestimated"

@@ -5,7 +5,7 @@ import datetime as dt
 import pytest
 from django.core.exceptions import ValidationError
 
-from accounts.errors import AllocationOverlap, AlreadyDecided, NotAllowed
+from accounts.errors import AllocationOverlap, AlreadyDecided, NotAllowed, Refused
 from accounts.groups import ALLOCATION_MANAGERS
 from accounts.ledger import allocation_grant
 from accounts.models import Allocation, AllocationRequest, LedgerEntry
@@ -83,7 +83,7 @@ def test_a_researcher_cannot_approve_even_their_own_request(world, alice):
 def test_a_denial_needs_a_comment(world, alice):
     vision, cluster, manny = world
     request = ask(vision, cluster, alice)
-    with pytest.raises(ValueError, match="why"):
+    with pytest.raises(Refused, match="why"):
         allocation_request_deny(request=request, manager=manny, comment=" ")
     denied = allocation_request_deny(request=request, manager=manny, comment="Budget is spent")
     assert denied.state == AllocationRequest.State.DENIED
