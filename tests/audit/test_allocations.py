@@ -4,7 +4,7 @@ import datetime as dt
 
 import pytest
 
-from accounts.errors import AllocationOverlap
+from accounts.errors import AllocationOverlap, Refused
 from accounts.ledger import allocation_adjust, allocation_grant
 from accounts.models import Allocation
 from audit.models import AuditEvent
@@ -72,7 +72,7 @@ def test_an_adjustment_that_takes_too_much_is_refused_and_leaves_no_record(
     response = client.post(url, {"gpu_hours": "-101", "reason": "too much"})
     assert response.status_code == 200
     assert b"cannot take away more than was granted" in response.content
-    with pytest.raises(ValueError, match="cannot take away"):
+    with pytest.raises(Refused, match="cannot take away"):
         allocation_adjust(allocation=allocation, gpu_seconds=-101 * 3600, actor=manny, reason="x")
     assert not events(AuditEvent.Action.ALLOCATION_ADJUST)
 
