@@ -6,8 +6,6 @@ what a job may ask for is the services' (jobs.requests.job_prepare), whose
 JobInvalid the exception handler turns into a 400 naming the fields.
 """
 
-import functools
-import logging
 from typing import Any
 
 from django.contrib.postgres.expressions import ArraySubquery
@@ -23,6 +21,7 @@ from rest_framework.views import APIView
 from accounts.api_support import Conflict, caller, member_project, query, related
 from accounts.models import User
 from jobs.idempotency import IdempotencyConflict, job_create_once
+from jobs.internals import shared_serializer
 from jobs.models import Job, JobEvent, JobTemplate
 from jobs.requests import TEMPLATE_DEFAULT_FIELDS, JobRequest
 from jobs.scripts import MAX_DEPENDENCIES
@@ -35,11 +34,8 @@ from jobs.services import (
 )
 from jobs.states import JobState
 
-logger = logging.getLogger(__name__)
-
 INT32 = 2**31 - 1
 INT64 = 2**63 - 1
-IDEMPOTENCY_TTL_S = 24 * 3600
 
 
 def _text(**kwargs: Any) -> serializers.CharField:
@@ -260,16 +256,9 @@ class JobDetailSerializer(JobSerializer):
         read_only_fields = fields
 
 
-@functools.cache
-def _job_detail_serializer() -> JobDetailSerializer:
-    return JobDetailSerializer()
-
-
 def job_shown(job: Job) -> dict[str, Any]:
-    """``JobDetailSerializer(job).data`` from one serializer per process: DRF builds a
-    serializer's fields anew for each instance (1.1 ms a job, most of what showing one
-    costs); showing through built ones is read-only, so they are shared."""
-    return _job_detail_serializer().to_representation(job)
+    """``JobDetailSerializer(job).data``, through the process's one such serializer."""
+    return shared_serializer(JobDetailSerializer).to_representation(job)
 
 
 class EstimateSerializer(serializers.Serializer):

@@ -25,6 +25,7 @@ from clusters.slurm import SlurmUnavailable
 from jobs import dispatch
 from jobs.actions import CANCEL, HOLD, RELEASE, JobAction
 from jobs.errors import JobInvalid
+from jobs.internals import remember_related
 from jobs.models import Job, JobEvent, JobTemplate
 from jobs.requests import TEMPLATE_DEFAULT_FIELDS, JobRequest, PreparedJob, job_prepare
 from jobs.states import TERMINAL_STATES, JobState
@@ -48,18 +49,6 @@ def job_event_add(
     return JobEvent.objects.create(
         job=job, state=state, detail=detail[:500], at=at or timezone.now()
     )
-
-
-def _remember_related(job: Job, **rows: list) -> None:
-    """Keep the rows a job was just made with as its related sets, the way
-    prefetch_related keeps them (a queryset holding its results), so showing the new job
-    (the API's 201) reads nothing more; a filter on them still asks the database."""
-    cache = job.__dict__.setdefault("_prefetched_objects_cache", {})
-    for name, related in rows.items():
-        known = getattr(job, name).all()
-        known._result_cache = related
-        known._prefetch_done = True
-        cache[name] = known
 
 
 def _allocation_for(prepared: PreparedJob):
@@ -143,7 +132,7 @@ def job_create_or_find(
         if idempotency_key and (found := _by_idempotency_key(user, idempotency_key)):
             return found, True
         raise
-    _remember_related(
+    remember_related(
         job,
         events=[created],
         # In Job's own order, as a query of them would give them.

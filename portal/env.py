@@ -74,17 +74,6 @@ def env_int(
     return number
 
 
-def env_float(name: str, default: float | object = _MISSING, *, minimum: float = 0.0) -> float:
-    value = _raw(name, default)
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ImproperlyConfigured(f"{name}={value!r} is not a number.") from None
-    if number < minimum:
-        raise ImproperlyConfigured(f"{name}={number} is too small; the minimum is {minimum}.")
-    return number
-
-
 def env_list(name: str, default: list[str] | object = _MISSING) -> list[str]:
     """A comma-separated list; blanks around items are ignored, empty items refused."""
     value = _raw(name, default)
