@@ -32,13 +32,19 @@ status:
 	-dev/portal status
 	dev/stack status
 
-# Run lint, type checks and the whole test suite against the real local stack, started here.
+# Run lint, type checks and the whole test suite against the real local stack, started here:
+# on TEST_PROCESSES processes (pytest-xdist; a module's tests stay on one process, as they
+# share its fixtures and the Slurm accounts it names), then the tests that stop shared
+# daemons alone.
+TEST_PROCESSES ?= 2
 test: $(INSTALLED) stack
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(PY) manage.py compilemessages --ignore=.venv --verbosity 0
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile -m "not exclusive"; parallel=$$?; \
+	$(VENV)/bin/pytest -m exclusive; alone=$$?; \
+	exit $$(( parallel || alone ))
 
 # The load test (bench/load.py): 50 simulated researchers for 3 minutes against the real
 # web tier, worker and beat in a database of their own; fails on a 5xx or a broken invariant.

@@ -3,11 +3,18 @@
 Tests run in dev mode, on the local stack (the portal's defaults are production's).
 They get Redis databases of their own, so a worker started by ``make up`` never
 takes a test's task (and runs it against the dev database) and test heartbeats
-never show up in the dev portal's health report.
+never show up in the dev portal's health report. Under pytest-xdist each process has
+its own pair (gw0: 2 and 3, gw1: 4 and 5, …; ``PORTAL_TEST_REDIS_DB`` moves the
+first), as pytest-django gives each its own test database.
 """
 
 import os
 
+# "gw1" in the second of pytest-xdist's processes; unset without xdist.
+WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+FIRST_DB = int(os.environ.get("PORTAL_TEST_REDIS_DB", "2"))
+BROKER_DB, CACHE_DB = FIRST_DB + 2 * WORKER, FIRST_DB + 1 + 2 * WORKER
+
 os.environ.setdefault("PORTAL_ENV", "dev")
-os.environ.setdefault("PORTAL_BROKER_URL", "redis://127.0.0.1:6379/2")
-os.environ.setdefault("PORTAL_CACHE_URL", "redis://127.0.0.1:6379/3")
+os.environ.setdefault("PORTAL_BROKER_URL", f"redis://127.0.0.1:6379/{BROKER_DB}")
+os.environ.setdefault("PORTAL_CACHE_URL", f"redis://127.0.0.1:6379/{CACHE_DB}")

@@ -18,6 +18,15 @@ REPO = Path(__file__).resolve().parent.parent
 DEV_CLUSTER = "portal-dev"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every fault test and every test of the dev stack itself stops or restarts what the
+    whole machine shares: each is ``exclusive`` (``make test`` runs them alone)."""
+    for item in items:
+        in_dev = Path(str(item.fspath)).parent.name == "dev"
+        if in_dev or item.get_closest_marker("fault"):
+            item.add_marker(pytest.mark.exclusive)
+
+
 def stack_value(name: str) -> str:
     """One of the variables ``dev/stack env`` prints (the dev cluster's REST URL, JWT key…)."""
     output = subprocess.run(

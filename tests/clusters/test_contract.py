@@ -341,6 +341,7 @@ def test_usage_of_an_unknown_account_is_not_found(client):
         client.gpu_minutes_used("no-such-account")
 
 
+@pytest.mark.exclusive  # stops slurmctld, which every other test shares
 @pytest.mark.parametrize("component", ["slurmctld"])
 def test_a_stopped_controller_is_unavailable_within_the_timeout(client, component):
     subprocess.run([STACK, "stop", component], check=True, capture_output=True)

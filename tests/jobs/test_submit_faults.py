@@ -16,7 +16,12 @@ from jobs.tasks import submissions_sweep_task
 from tests.conftest import REPO, redis_shutdown, running_worker
 from tests.factories import request_for, wait_for
 
-pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
+# They stop slurmctld and Redis, which every other test shares.
+pytestmark = [
+    pytest.mark.slurm,
+    pytest.mark.exclusive,
+    pytest.mark.django_db(transaction=True),
+]
 
 
 def stack(*arguments: str) -> None:

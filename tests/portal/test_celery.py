@@ -4,6 +4,7 @@ import time
 
 from django.core.cache import cache
 
+from portal import testenv
 from portal.celery import app
 from portal.health import HEARTBEAT_KEY, worker_status
 from portal.tasks import heartbeat_task
@@ -30,8 +31,9 @@ def test_a_worker_runs_the_heartbeat_and_health_reports_it(celery_worker):
 
 
 def test_tests_use_redis_databases_of_their_own(settings):
-    assert settings.BROKER_URL == "redis://127.0.0.1:6379/2"
-    assert settings.CACHE_URL == "redis://127.0.0.1:6379/3"
+    assert settings.BROKER_URL == f"redis://127.0.0.1:6379/{testenv.BROKER_DB}"
+    assert settings.CACHE_URL == f"redis://127.0.0.1:6379/{testenv.CACHE_DB}"
+    assert testenv.BROKER_DB >= 2 and testenv.CACHE_DB == testenv.BROKER_DB + 1
     # …reached with the stack's Redis password, which the settings add.
     for url in (settings.CELERY_BROKER_URL, settings.CACHES["default"]["LOCATION"]):
         assert settings.REDIS_PASSWORD and f":{settings.REDIS_PASSWORD}@127.0.0.1" in url

@@ -116,6 +116,7 @@ def test_it_refuses_a_post(client):
 
 
 @pytest.mark.slurm
+@pytest.mark.exclusive  # stops slurmctld, which every other test shares
 def test_a_stopped_slurmctld_is_probed_down_then_up_again(staff_client, dev_cluster):
     stack("stop", "slurmctld")
     try:
