@@ -8,7 +8,9 @@ from typing import cast
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import BadRequest
 from django.core.paginator import Paginator
+from django.core.validators import slug_re
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -41,6 +43,23 @@ def _job(request: HttpRequest, job_id: int) -> Job:
         raise Http404("No such job") from None
 
 
+# No row id has more digits than a bigint; longer numbers name nothing.
+_MAX_ID_DIGITS = 19
+
+
+def _id_in_query(request: HttpRequest, name: str) -> int | None:
+    """The id in query parameter ``name`` (None when absent); a 400 when it is not a
+    number, a 404 when it is one no row can have."""
+    value = request.GET.get(name, "")
+    if not value:
+        return None
+    if not (value.isascii() and value.isdigit()):
+        raise BadRequest(f"?{name}= takes a number")
+    if len(value.lstrip("0")) > _MAX_ID_DIGITS:
+        raise Http404(f"No such {name}")
+    return int(value)
+
+
 # --- the list -------------------------------------------------------------------
 
 
@@ -48,6 +67,8 @@ def _filtered_jobs(request: HttpRequest):
     user = _user(request)
     state = request.GET.get("state", "")
     project = request.GET.get("project", "")
+    if not slug_re.fullmatch(project):
+        project = ""  # not a slug, so no project's: ignored
     text = request.GET.get("q", "").strip()
     states: list[str] = []
     if state == "active":
@@ -111,13 +132,13 @@ def _form(request: HttpRequest, data=None, initial=None) -> JobForm:
 def _initial(request: HttpRequest) -> dict:
     user = _user(request)
     initial: dict = {"name": "job", "nodes": 1, "gpus_per_node": 1, "time_limit_minutes": 60}
-    if template_id := request.GET.get("template"):
+    if (template_id := _id_in_query(request, "template")) is not None:
         template = selectors.templates_for(user).filter(pk=template_id).first()
         if template is None:
             raise Http404("No such template")
         initial.update(initial_from_template(template))
-    if job_id := request.GET.get("from"):
-        initial.update(initial_from_job(_job(request, int(job_id))))
+    if (job_id := _id_in_query(request, "from")) is not None:
+        initial.update(initial_from_job(_job(request, job_id)))
     if project := request.GET.get("project"):
         initial["project"] = project
     return initial
