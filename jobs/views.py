@@ -166,12 +166,23 @@ def job_new(request: HttpRequest) -> HttpResponse:
     return render(request, "jobs/new.html", {"form": form, "quota": quota}, status=400)
 
 
+def _blank(request: HttpRequest, name: str) -> bool:
+    return not request.POST.get(name, "").strip()
+
+
 @login_required
 @require_POST
 def job_preview(request: HttpRequest) -> HttpResponse:
     """The live part of the composer: script, cost against the balance, expected start,
-    and each field's error (swapped in beside the field). Saves nothing."""
-    form = _form(request, request.POST)
+    and each field's error (swapped in beside the field). Saves nothing.
+
+    Errors follow input: a field left blank is not marked (the preview says what it
+    still needs; submitting marks it), and a blank script previews as a skeleton,
+    so a new form shows its script and cost before anything was typed."""
+    data = request.POST.copy()
+    if _blank(request, "script"):
+        data["script"] = _("# Your commands go here, e.g. python train.py") + "\n"
+    form = _form(request, data)
     context: dict = {"form": form}
     if form.is_valid():
         try:
@@ -182,6 +193,14 @@ def job_preview(request: HttpRequest) -> HttpResponse:
             form.add_service_errors(error)
         partition = form.partitions.get(form.cleaned_data.get("partition", ""))
         context["partition"] = partition
+    missing = [
+        name
+        for name in list(form.errors)
+        if name in form.fields and form.fields[name].required and _blank(request, name)
+    ]
+    for name in missing:
+        del form.errors[name]
+    context["missing"] = [form.fields[name].label for name in missing]
     return render(request, "jobs/_preview.html", context)
 
 
