@@ -368,6 +368,7 @@ class Visit:
     label: str
     url: str
     expected: dict[str, Expected]
+    only: frozenset[str] | None = None  # the personas who open it; None: every one
 
 
 @dataclass(frozen=True)
@@ -420,9 +421,10 @@ def per_job(name: str, seen: Expected, unseen: Expected, anonymous=LOGIN, suffix
                 f"{name} {label}",
                 reverse(name, args=[job.pk, *suffix]),
                 signed_in(unseen, anonymous, researcher=seen, pi=seen),
+                # Each job renders for those who see it; one is enough to refuse the rest.
+                only=None if n == 0 else frozenset({RESEARCHER, PI}),
             )
-            for label, job in w.jobs.items()
-            if label != "no_account"  # its project's PI is the co-PI: same as the others
+            for n, (label, job) in enumerate(w.jobs.items())
         ]
         out.append(
             Visit(
@@ -770,6 +772,8 @@ def test_every_page_answers_every_persona_as_it_should(world, persona, slurm_cal
     client = client_for(persona, world)
     wrong = []
     for visit in all_visits(world):
+        if visit.only is not None and persona not in visit.only:
+            continue
         del slurm_calls[:]
         response = client.get(visit.url)
         if slurm_calls and visit.label not in ASKS_SLURM:
@@ -786,14 +790,11 @@ HOSTILE_VALUES = [
     "abc",
     str(10**30),
     "-1",
-    "0",
     "%00",
     "x" * 3000,
     "%C2%B2",  # "²": a digit to str.isdigit(), not to int()
     "%FF%FE",  # not UTF-8
-    "1e3",
     "1.5",
-    "%27%22%3Cb%3E",
     "..%2F..%2Fetc%2Fpasswd",
 ]
 # Parameters some page reads, and some no page reads.
@@ -827,22 +828,21 @@ COMMON_PARAMS = (
 )
 
 
-# Every common parameter at once, with the values most likely to break a page.
-COMBINED_VALUES = ("abc", str(10**30), "-1", "%00", "x" * 3000, "%C2%B2")
-
-
 def hostile_queries(reads: tuple[str, ...]) -> Iterator[str]:
-    """Each parameter the page reads alone with every hostile value; every common
-    parameter at once; repeated parameters and bad page numbers."""
+    """Each parameter the page reads alone with every hostile value; then every common
+    parameter at once, each with every hostile value in turn (rotated, so one request
+    carries them all); repeated parameters and bad page numbers."""
     for value in HOSTILE_VALUES:
         for name in reads:
             yield f"{name}={value}"
-    for value in COMBINED_VALUES:
-        yield "&".join(f"{name}={value}" for name in COMMON_PARAMS)
+    for turn in range(len(HOSTILE_VALUES)):
+        yield "&".join(
+            f"{name}={HOSTILE_VALUES[(turn + n) % len(HOSTILE_VALUES)]}"
+            for n, name in enumerate(COMMON_PARAMS)
+        )
     for name in reads:
         yield f"{name}=1&{name}=abc&{name}=%00"
-    yield "page=0&p=0&o=99.-abc.0&=&&=x&%00=1"
-    yield "page=999999&p=999999&page=abc&p=-1&unknown=1"
+    yield "page=0&p=0&o=99.-abc.0&=&&=x&%00=1&page=999999&p=-1"
 
 
 def _hostile_persona(visit: Visit) -> str:
@@ -916,3 +916,48 @@ def _with_argument(name: str, value: str, w: World) -> str | None:
         # The console's object pages take a path: any text at all.
         return raw.replace("12345", quote(value, safe="%"))
     return reverse(name, args=[value])
+
+
+# --- hostile form values ---------------------------------------------------------------
+
+FORM_VALUES = ["abc", str(10**30), "-1", "\x00", "x" * 3000, "²"]
+JOB_FIELDS = ["project", "template", "partition", "name", "nodes", "gpus_per_node",
+              "cpus_per_gpu", "mem_per_gpu_gb", "time_limit_minutes", "working_directory",
+              "output_path", "error_path", "array", "environment", "script"]  # fmt: skip
+
+
+def _job_form(w: World) -> dict[str, str]:
+    return {
+        "project": "crawl-main", "partition": "debug", "name": "hostile", "nodes": "1",
+        "gpus_per_node": "1", "time_limit_minutes": "5", "script": "true\n", "title": "t",
+    }  # fmt: skip
+
+
+def _forms(w: World) -> list[tuple[str, str, dict[str, str], list[str]]]:
+    """(persona, URL, valid data, fields to spoil) of every form a persona may send."""
+    main = w.projects["crawl-main"]
+    request = {"cluster": str(w.cluster.pk), "gpu_hours": "10", "starts_on": "2030-01-01",
+               "ends_on": "2030-02-01", "justification": "more"}  # fmt: skip
+    adjust = reverse("admin:accounts_allocation_adjust", args=[w.allocations["over"].pk])
+    return [
+        (RESEARCHER, reverse("jobs:preview"), _job_form(w), JOB_FIELDS),
+        # Submitting and saving a template read the same form as the preview.
+        (RESEARCHER, reverse("jobs:new"), _job_form(w), ["project", "template", "nodes"]),
+        (RESEARCHER, reverse("jobs:save_template"), _job_form(w), ["title", "template"]),
+        (PI, reverse("project", args=[main.slug]), request, list(request)),
+        (RESEARCHER, reverse("tokens"), {"name": "t", "expires_in_days": "7"},
+         ["name", "expires_in_days"]),
+        (MANAGER, adjust, {"gpu_hours": "1", "reason": "r"}, ["gpu_hours", "reason"]),
+    ]  # fmt: skip
+
+
+def test_hostile_form_values_are_refused_not_crashed(world, slurm_calls):
+    failures = []
+    for persona, url, valid, fields in _forms(world):
+        client = client_for(persona, world)
+        for name in fields:
+            for value in FORM_VALUES:
+                response = client.post(url, valid | {name: value})
+                if response.status_code >= 500:
+                    failures.append(f"{response.status_code} {url} {name}={value[:20]!r}")
+    assert not failures, "\n".join(failures)
