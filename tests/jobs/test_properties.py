@@ -19,6 +19,7 @@ from jobs.scripts import (
     MAX_ARRAY_TASKS,
     MAX_TIME_MINUTES,
     JobSpec,
+    _duration,
     _slurm_time,
     array_indices,
     array_task_count,
@@ -251,3 +252,13 @@ def test_gpu_hours_are_shown_with_their_unit_and_sign(hours):
     number = text.removeprefix("< ").removeprefix("> ").removesuffix(" GPU-h")
     assert number.startswith("-") == (hours < 0)  # a balance overdrawn never reads as left
     assert number.strip("-") not in ("0", "0.00") or hours == 0
+
+
+@FAST
+@given(value=st.integers(0, 10**8))
+def test_a_duration_in_words_adds_up_to_the_minutes(value):
+    units = {"day": 24 * 60, "days": 24 * 60, "hour": 60, "hours": 60, "minute": 1, "minutes": 1}
+    words = _duration(value).split()
+    pairs = list(zip(words[::2], words[1::2], strict=True))
+    assert sum(int(number) * units[unit] for number, unit in pairs) == value
+    assert all((int(number) == 1) == (unit in ("day", "hour", "minute")) for number, unit in pairs)
