@@ -1,12 +1,14 @@
 """The crawl: every named route opened as every persona over a dataset of edge cases,
-then again with hostile query strings and path parameters. No answer is a 5xx, and
-each persona gets what it should (issue 17: "tests that hunt").
+then again with hostile query strings, path parameters and form values. No answer is
+a 5xx, each persona gets what it should, and no page asks Slurm during the request
+(issue 17: "tests that hunt").
 
 The dataset has what broke pages before or might: a project without an allocation,
 an expired and a revoked one, zero, tiny (0.001 GPU-h) and over-the-top usage (more
 charged than granted), a negative adjustment, a 10,000-task array, failed, cancelled,
 timed-out and submit_failed jobs, a thousand jobs, a user in no project. It is built
-once for the module. Nothing here reaches Slurm: the only cluster is offline.
+once for the module. Nothing here reaches Slurm: the only cluster is offline, and the
+backends' I/O is refused and recorded.
 
 A new named route without an entry in ``PAGES`` (or, in the console, a page of our
 own without one) fails ``test_every_route_has_a_crawl_entry``, as the authorisation
@@ -16,7 +18,7 @@ matrix does.
 import datetime as dt
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from urllib.parse import quote
 
@@ -88,7 +90,6 @@ class World:
     request: AllocationRequest
     token_id: int  # one of the researcher's tokens
     template: JobTemplate  # the researcher's own
-    extra: dict[str, object] = field(default_factory=dict)
 
 
 def _project(slug: str, members: dict[User, str]) -> Project:
