@@ -962,3 +962,22 @@ def test_hostile_form_values_are_refused_not_crashed(world, slurm_calls):
                 if response.status_code >= 500:
                     failures.append(f"{response.status_code} {url} {name}={value[:20]!r}")
     assert not failures, "\n".join(failures)
+
+
+JSON_VALUES: list[object] = ["abc", 10**30, "\x00", None, [], {}]
+API_JOB_FIELDS = [*JOB_FIELDS, "cluster", "depends_on"]
+
+
+def test_hostile_json_values_are_refused_not_crashed(world, slurm_calls):
+    """The API's job estimate reads the same request as job creation, and saves nothing."""
+    client = client_for(RESEARCHER, world)
+    valid = {k: v for k, v in _job_form(world).items() if k != "title"}
+    failures = []
+    for name in API_JOB_FIELDS:
+        for value in JSON_VALUES:
+            response = client.post(
+                reverse("api:job-estimate"), valid | {name: value}, content_type="application/json"
+            )
+            if response.status_code >= 500:
+                failures.append(f"{response.status_code} {name}={str(value)[:20]!r}")
+    assert not failures, "\n".join(failures)
