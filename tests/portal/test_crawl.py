@@ -20,6 +20,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
+from unittest import mock
 from urllib.parse import quote
 
 import pytest
@@ -38,7 +39,13 @@ from accounts.ledger import (
     allocation_revoke,
     ledger_charge,
 )
-from accounts.models import Allocation, AllocationRequest, Notification, Project, User
+from accounts.models import (
+    Allocation,
+    AllocationRequest,
+    Notification,
+    Project,
+    User,
+)
 from accounts.requests import allocation_request_create
 from accounts.services import membership_set, project_create
 from accounts.tokens import token_create
@@ -176,6 +183,14 @@ def build_world() -> World:
     allocation_adjust(
         allocation=allocations["over"], gpu_seconds=-HOUR, actor=manager, reason="all of it"
     )
+    # Charges on earlier days, one before the period began: the burn-down walks them back.
+    # (The ledger refuses UPDATEs: the entries are written at those times.)
+    for days_ago, gpu_seconds in ((3, 7200), (12, 1), (20, 3600)):
+        then = timezone.now() - dt.timedelta(days=days_ago)
+        with mock.patch("django.utils.timezone.now", return_value=then):
+            ledger_charge(
+                allocation=allocations["main"], reference=f"crawl:{then}", gpu_seconds=gpu_seconds
+            )
     allocation_expire(allocation=allocations["expired"])
     allocation_revoke(allocation=allocations["revoked"], actor=manager, reason="crawl")
 
@@ -324,6 +339,8 @@ def build_world() -> World:
         script="true\n",
         defaults={"partition": "gone", "time_limit_minutes": 10**6},  # stale defaults
     )
+    for allocation in allocations.values():
+        allocation.refresh_from_db()  # the ledger wrote their cached totals since
     return World(
         users=users,
         cluster=cluster,
@@ -356,6 +373,25 @@ def client_for(persona: str, w: World) -> Client:
     if persona != ANONYMOUS:
         client.force_login(w.users[persona])
     return client
+
+
+def test_the_dataset_has_its_edge_cases(world):
+    """The crawl is only as good as its data: what the module's docstring promises."""
+    from accounts.selectors import allocation_balance, allocation_daily_usage
+
+    over = allocation_balance(world.allocations["over"])
+    assert over.available_gpu_seconds < 0 and over.used_gpu_seconds > over.granted_gpu_seconds
+    assert len(allocation_daily_usage(world.allocations["main"])) >= 3  # history to walk back
+    assert 0 < allocation_daily_usage(world.allocations["main"])[TODAY] < HOUR
+    assert allocation_balance(world.allocations["zero"]).available_gpu_seconds == 5 * HOUR
+    states = {label: a.state for label, a in world.allocations.items()}
+    assert states["expired"] == "expired" and states["revoked"] == "revoked"
+    assert not world.projects["crawl-none"].allocations.exists()
+    assert world.jobs["array"].array_tasks == 10_000
+    assert Job.objects.filter(owner=world.users[RESEARCHER]).count() > 1000
+    jobs = set(Job.objects.values_list("state", flat=True))
+    assert {"failed", "cancelled", "timeout", "submit_failed"} <= jobs
+    assert not world.users[NOBODY].memberships.exists()
 
 
 # --- what each persona gets ---------------------------------------------------------
