@@ -143,7 +143,11 @@ class JobSerializer(serializers.ModelSerializer):
     billing_weight = serializers.DecimalField(
         max_digits=6, decimal_places=3, coerce_to_string=False, read_only=True
     )
-    requested_gpu_hours = serializers.FloatField(read_only=True)
+    requested_gpu_hours = serializers.FloatField(
+        read_only=True,
+        help_text="Requested, and held from the balance until the job is charged: nodes x "
+        "GPUs per node x time limit x array tasks x the partition's billing weight.",
+    )
     used_gpu_hours = serializers.FloatField(
         read_only=True, allow_null=True, help_text="Charged from accounting once the job ended."
     )

@@ -164,6 +164,17 @@ class Job(models.Model):
     def used_gpu_hours(self) -> float | None:
         return None if self.used_gpu_seconds is None else self.used_gpu_seconds / 3600
 
+    @property
+    def charged_gpu_hours(self) -> float | None:
+        """What the job was charged: its used hours once accounting has them, nothing
+        for one that ended without reaching Slurm (its hold went back), and None while
+        a charge may still come (the job holds its requested hours until then)."""
+        if self.used_gpu_seconds is not None:
+            return self.used_gpu_seconds / 3600
+        if self.is_finished and self.slurm_job_id is None:
+            return 0.0
+        return None
+
 
 class JobEvent(models.Model):
     """A change of a job's state, with what Slurm said; the job page's timeline."""

@@ -39,10 +39,13 @@ def jobs_matching(
     jobs = jobs.filter(project_id=project_id) if project_id else jobs.filter(owner=user)
     if states:
         jobs = jobs.filter(state__in=states)
+    if "\x00" in search:
+        return jobs.none()  # no name holds a NUL (and PostgreSQL cannot be asked for one)
     if search:
         match = Q(name__icontains=search)
         number = search.lstrip("#")
-        if number.isdigit() and int(number) <= INT64_MAX:
+        # isdigit() alone is true of "²", which int() refuses.
+        if number.isascii() and number.isdigit() and int(number) <= INT64_MAX:
             match |= Q(pk=int(number)) | Q(slurm_job_id=int(number))
         jobs = jobs.filter(match)
     return jobs

@@ -8,7 +8,9 @@ from typing import cast
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import BadRequest
 from django.core.paginator import Paginator
+from django.core.validators import slug_re
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -43,6 +45,23 @@ def _job(request: HttpRequest, job_id: int) -> Job:
         raise Http404("No such job") from None
 
 
+# No row id has more digits than a bigint; longer numbers name nothing.
+_MAX_ID_DIGITS = 19
+
+
+def _id_in_query(request: HttpRequest, name: str) -> int | None:
+    """The id in query parameter ``name`` (None when absent); a 400 when it is not a
+    number, a 404 when it is one no row can have."""
+    value = request.GET.get(name, "")
+    if not value:
+        return None
+    if not (value.isascii() and value.isdigit()):
+        raise BadRequest(f"?{name}= takes a number")
+    if len(value.lstrip("0")) > _MAX_ID_DIGITS:
+        raise Http404(f"No such {name}")
+    return int(value)
+
+
 # --- the list -------------------------------------------------------------------
 
 
@@ -50,6 +69,8 @@ def _filtered_jobs(request: HttpRequest):
     user = _user(request)
     state = request.GET.get("state", "")
     project = request.GET.get("project", "")
+    if not slug_re.fullmatch(project):
+        project = ""  # not a slug, so no project's: ignored
     text = request.GET.get("q", "").strip()
     states: list[str] = []
     if state == "active":
@@ -113,13 +134,13 @@ def _form(request: HttpRequest, data=None, initial=None) -> JobForm:
 def _initial(request: HttpRequest) -> dict:
     user = _user(request)
     initial: dict = {"name": "job", "nodes": 1, "gpus_per_node": 1, "time_limit_minutes": 60}
-    if template_id := request.GET.get("template"):
+    if (template_id := _id_in_query(request, "template")) is not None:
         template = selectors.templates_for(user).filter(pk=template_id).first()
         if template is None:
             raise Http404("No such template")
         initial.update(initial_from_template(template))
-    if job_id := request.GET.get("from"):
-        initial.update(initial_from_job(_job(request, int(job_id))))
+    if (job_id := _id_in_query(request, "from")) is not None:
+        initial.update(initial_from_job(_job(request, job_id)))
     if project := request.GET.get("project"):
         initial["project"] = project
     return initial
@@ -147,12 +168,23 @@ def job_new(request: HttpRequest) -> HttpResponse:
     return render(request, "jobs/new.html", {"form": form, "quota": quota}, status=400)
 
 
+def _blank(request: HttpRequest, name: str) -> bool:
+    return not request.POST.get(name, "").strip()
+
+
 @login_required
 @require_POST
 def job_preview(request: HttpRequest) -> HttpResponse:
     """The live part of the composer: script, cost against the balance, expected start,
-    and each field's error (swapped in beside the field). Saves nothing."""
-    form = _form(request, request.POST)
+    and each field's error (swapped in beside the field). Saves nothing.
+
+    Errors follow input: a field left blank is not marked (the preview says what it
+    still needs; submitting marks it), and a blank script previews as a skeleton,
+    so a new form shows its script and cost before anything was typed."""
+    data = request.POST.copy()
+    if _blank(request, "script"):
+        data["script"] = _("# Your commands go here, e.g. python train.py") + "\n"
+    form = _form(request, data)
     context: dict = {"form": form}
     if form.is_valid():
         try:
@@ -163,6 +195,14 @@ def job_preview(request: HttpRequest) -> HttpResponse:
             form.add_service_errors(error)
         partition = form.partitions.get(form.cleaned_data.get("partition", ""))
         context["partition"] = partition
+    missing = [
+        name
+        for name in list(form.errors)
+        if name in form.fields and form.fields[name].required and _blank(request, name)
+    ]
+    for name in missing:
+        del form.errors[name]
+    context["missing"] = [form.fields[name].label for name in missing]
     return render(request, "jobs/_preview.html", context)
 
 

@@ -60,15 +60,20 @@ def burn_down(
     rate = recent / RATE_WINDOW_DAYS  # GPU-seconds a day
     runs_out_on = None
     forecast = [(x(today), y(available_gpu_seconds))]
-    if rate > 0 and available_gpu_seconds > 0:
+    days_to_end = (ends_on - today).days
+    if days_to_end <= 0:
+        # The period is over (its expiry not yet swept): nothing left to forecast. A
+        # forecast "to" an end in the past would draw the balance rising, once.
+        pass
+    elif rate > 0 and available_gpu_seconds > 0:
         days_left = available_gpu_seconds / rate
         # Compared as a number of days first: at a tiny rate the run-out day lies past the
         # year 9999, which no date can hold (a 500 on the dashboard, once).
-        if days_left < (ends_on - today).days:
+        if days_left < days_to_end:
             runs_out_on = today + dt.timedelta(days=int(days_left))
             forecast.append((x(runs_out_on), y(0)))
         else:
-            forecast.append((x(ends_on), y(available_gpu_seconds - rate * (ends_on - today).days)))
+            forecast.append((x(ends_on), y(available_gpu_seconds - rate * days_to_end)))
     elif available_gpu_seconds > 0:
         forecast.append((x(ends_on), y(available_gpu_seconds)))
     return BurnDown(

@@ -8,7 +8,13 @@ from django.conf import settings
 
 from clusters.models import Cluster
 from clusters.slurm.cli import CliClient
-from clusters.slurm.errors import NotFound, SlurmError, SlurmRejected, SlurmUnavailable
+from clusters.slurm.errors import (
+    NotFound,
+    SlurmError,
+    SlurmOutputInvalid,
+    SlurmRejected,
+    SlurmUnavailable,
+)
 from clusters.slurm.protocol import SlurmClient
 from clusters.slurm.rest import RestClient
 from clusters.slurm.types import PartitionInfo
@@ -18,6 +24,7 @@ __all__ = [
     "PartitionInfo",
     "SlurmClient",
     "SlurmError",
+    "SlurmOutputInvalid",
     "SlurmRejected",
     "SlurmUnavailable",
     "client_for",

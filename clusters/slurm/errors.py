@@ -1,5 +1,12 @@
 """The errors every Slurm client raises; callers never see a backend's own."""
 
+import functools
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
 
 class SlurmError(Exception):
     """Base of all Slurm client errors."""
@@ -23,6 +30,36 @@ class SlurmRejected(SlurmError):
 
 class NotFound(SlurmError):
     """The job, account or association asked for does not exist in Slurm."""
+
+
+class SlurmOutputInvalid(SlurmError, ValueError):
+    """Slurm answered, but not in a form the portal can read (a newer Slurm's format, a
+    truncated or garbled answer): the parsers' one error. Not a refusal: after a
+    change the outcome is unknown, as after a timeout. A ValueError too, as the
+    parsers raised before it existed."""
+
+
+# What Python raises when text or JSON is not the shape a parser expects: a field that
+# is not a number, too few fields, a list where an object belongs, a missing key.
+_MALFORMED = (ValueError, KeyError, IndexError, TypeError, AttributeError, OverflowError)
+
+
+def reads_slurm_output(parse: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Make a parser of Slurm's output raise SlurmOutputInvalid, naming itself and
+    what it could not read, instead of whatever Python raised deep inside it."""
+
+    @functools.wraps(parse)
+    def checked(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return parse(*args, **kwargs)
+        except SlurmOutputInvalid:
+            raise
+        except _MALFORMED as error:
+            raise SlurmOutputInvalid(
+                f"{parse.__name__} cannot read Slurm's answer: {type(error).__name__}: {error}"
+            ) from error
+
+    return checked
 
 
 # Slurm's own texts (slurm_strerror, as its tools and libslurm report them) for a

@@ -4,6 +4,7 @@ import datetime as dt
 import functools
 import re
 
+from clusters.slurm.errors import SlurmOutputInvalid, reads_slurm_output
 from clusters.slurm.states import normalise_state
 from clusters.slurm.types import AccountingEntry, PartitionInfo, QueueEntry, StartEstimate
 
@@ -11,6 +12,7 @@ _UNLIMITED = {"infinite", "unlimited", "none"}
 
 
 @functools.lru_cache(maxsize=1024)
+@reads_slurm_output
 def parse_time_minutes(text: str) -> int | None:
     """Slurm time (``7-00:00:00``, ``1:00:00``, ``30:00``, ``45``) in whole minutes.
 
@@ -36,7 +38,7 @@ def parse_time_minutes(text: str) -> int | None:
         elif len(parts) == 1:
             hours, minutes, seconds = 0, parts[0], 0
         else:
-            raise ValueError(f"not a Slurm time: {text!r}")
+            raise SlurmOutputInvalid(f"not a Slurm time: {text!r}")
     total_seconds = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
     return -(-total_seconds // 60)
 
@@ -44,6 +46,7 @@ def parse_time_minutes(text: str) -> int | None:
 _GPU_GRES = re.compile(r"^gpu(?::(?P<type>[^:(]+))?:(?P<count>\d+)")
 
 
+@reads_slurm_output
 def parse_gpu_gres(text: str) -> tuple[str, int]:
     """GPU type and count per node from a GRES string like ``gpu:h200:8(S:0-1),shard:4``."""
     gpu_type, count = "", 0
@@ -58,6 +61,7 @@ def parse_gpu_gres(text: str) -> tuple[str, int]:
 SINFO_PARTITION_FORMAT = "%P|%a|%l|%D|%G"
 
 
+@reads_slurm_output
 def parse_sinfo_partitions(text: str) -> list[PartitionInfo]:
     """Partitions from ``sinfo -h -a -o '%P|%a|%l|%D|%G'``.
 
@@ -127,6 +131,7 @@ def _value(text: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=8192)  # a queue repeats its timestamps many times
+@reads_slurm_output
 def parse_slurm_time(text: str) -> dt.datetime | None:
     """Slurm's ``2026-12-02T12:46:10`` (printed in UTC: the client sets TZ=UTC)."""
     value = _value(text)
@@ -135,6 +140,7 @@ def parse_slurm_time(text: str) -> dt.datetime | None:
     return dt.datetime.fromisoformat(value).replace(tzinfo=dt.UTC)
 
 
+@reads_slurm_output
 def parse_array_id(job_id_text: str) -> tuple[int | None, str | None]:
     """``24_3`` → (24, "3"); ``24_[2-5%2]`` → (24, "[2-5%2]"); ``23`` → (None, None)."""
     if "_" not in job_id_text:
@@ -143,6 +149,7 @@ def parse_array_id(job_id_text: str) -> tuple[int | None, str | None]:
     return int(array_job), task
 
 
+@reads_slurm_output
 def parse_alloc_gpus(tres: str) -> int:
     """GPUs from ``AllocTRES`` like ``billing=1,cpu=1,gres/gpu=2,mem=1000M,node=1``.
 
@@ -159,6 +166,7 @@ def parse_alloc_gpus(tres: str) -> int:
     return total if total is not None else typed
 
 
+@reads_slurm_output
 def parse_exit_code(text: str) -> tuple[int | None, int | None]:
     """``ExitCode`` ``2:0`` → (2, 0); ``0:9`` → (0, 9) (killed by signal 9)."""
     value = _value(text)
@@ -173,6 +181,7 @@ def _time_limit(text: str) -> int | None:
     return None if _value(text) is None else parse_time_minutes(text)
 
 
+@reads_slurm_output
 def parse_squeue(text: str) -> list[QueueEntry]:
     # The hot path of every queue sync: names bound locally, values cached.
     entries: list[QueueEntry] = []
@@ -221,6 +230,7 @@ def _sacct_records(text: str) -> list[list[str]]:
     return records
 
 
+@reads_slurm_output
 def parse_sacct(text: str) -> list[AccountingEntry]:
     entries = []
     for fields in _sacct_records(text):
@@ -254,6 +264,7 @@ def parse_sacct(text: str) -> list[AccountingEntry]:
 _TEST_ONLY = re.compile(r"to start at (?P<at>\S+) using \d+ processors on nodes (?P<nodes>\S+)")
 
 
+@reads_slurm_output
 def parse_test_only(text: str) -> StartEstimate:
     """sbatch ``--test-only``: ``Job 3 to start at 2026-12-02T12:00:00 using 1 processors on
     nodes vm in partition gpu``."""
@@ -263,6 +274,7 @@ def parse_test_only(text: str) -> StartEstimate:
     return StartEstimate(starts_at=parse_slurm_time(match["at"]), nodes=match["nodes"])
 
 
+@reads_slurm_output
 def parse_gpu_limit(grp_tres_mins: str) -> int | None:
     """``GrpTRESMins`` like ``cpu=100,gres/gpu=6000`` → 6000; None when gres/gpu has none."""
     for item in grp_tres_mins.split(","):
@@ -272,6 +284,7 @@ def parse_gpu_limit(grp_tres_mins: str) -> int | None:
     return None
 
 
+@reads_slurm_output
 def parse_gpu_usage_minutes(grp_tres_raw: str) -> int:
     """GPU-minutes from sshare's ``GrpTRESRaw`` like ``cpu=30,mem=30000,gres/gpu=12``."""
     for item in grp_tres_raw.split(","):

@@ -14,6 +14,7 @@ from clusters.slurm.errors import (
     SlurmError,
     SlurmRejected,
     SlurmUnavailable,
+    reads_slurm_output,
     says,
 )
 from clusters.slurm.parsing import parse_gpu_gres
@@ -46,11 +47,13 @@ _NO_VALUE = 0xFFFFFFFE  # NO_VAL and INFINITE (and above) mean "not set"
 # --- pure parsers ------------------------------------------------------------------
 
 
+@reads_slurm_output
 def error_list(payload: Json | None) -> list[Json]:
     errors = (payload or {}).get("errors") or []
     return [e for e in errors if isinstance(e, dict)]
 
 
+@reads_slurm_output
 def error_codes(payload: Json | None) -> set[int]:
     """Slurm's error numbers; 22.05 names the key ``error_number``, ``error_code`` or ``errno``."""
     codes = set()
@@ -62,6 +65,7 @@ def error_codes(payload: Json | None) -> set[int]:
     return codes
 
 
+@reads_slurm_output
 def errors_message(payload: Json | None) -> str:
     """Slurm's own words from a response's ``errors``: each description, then its error."""
     parts: list[str] = []
@@ -73,6 +77,7 @@ def errors_message(payload: Json | None) -> str:
     return "; ".join(parts)
 
 
+@reads_slurm_output
 def error_for(payload: Json | None, *, where: str) -> SlurmError:
     """The client error for a response whose ``errors`` list is not empty."""
     codes = error_codes(payload)
@@ -90,6 +95,7 @@ def error_for(payload: Json | None, *, where: str) -> SlurmError:
     return SlurmRejected(message)
 
 
+@reads_slurm_output
 def newest_versions(paths: list[str]) -> tuple[str | None, str | None]:
     """The newest supported versions of the ``slurm`` and ``slurmdb`` APIs among ``paths``."""
     offered: dict[str, set[str]] = {"slurm": set(), "slurmdb": set()}
@@ -121,6 +127,7 @@ def decode_wait_status(raw: int) -> tuple[int, int]:
     return (raw >> 8) & 0xFF, signal if signal != 0x7F else 0
 
 
+@reads_slurm_output
 def parse_queue(payload: Json) -> list[QueueEntry]:
     """``GET /slurm/{v}/jobs``: every job the controller still holds, pending to just ended."""
     entries = []
@@ -154,6 +161,7 @@ def parse_queue(payload: Json) -> list[QueueEntry]:
     return entries
 
 
+@reads_slurm_output
 def parse_queue_exit_codes(payload: Json) -> dict[int, tuple[int, int]]:
     """Exit code and signal of the failed jobs the controller still holds (see parse_accounting)."""
     return {
@@ -163,6 +171,7 @@ def parse_queue_exit_codes(payload: Json) -> dict[int, tuple[int, int]]:
     }
 
 
+@reads_slurm_output
 def allocated_gpus(tres: list[Json] | None) -> int:
     """GPUs among allocated TRES like ``{"type": "gres", "name": "gpu", "count": 2}``.
 
@@ -181,6 +190,7 @@ def allocated_gpus(tres: list[Json] | None) -> int:
     return total if total is not None else typed
 
 
+@reads_slurm_output
 def accounting_exit_code(
     exit_code: Json | None, state: SlurmJobState
 ) -> tuple[int | None, int | None]:
@@ -200,6 +210,7 @@ def accounting_exit_code(
     return None, None
 
 
+@reads_slurm_output
 def pending_array_tasks(array: Json) -> str | None:
     """Accounting's pending tasks, a hex bitmap like ``0xF``, as sacct prints them: ``[0-3%2]``."""
     text = array.get("task") or ""
@@ -217,6 +228,7 @@ def pending_array_tasks(array: Json) -> str | None:
     return f"[{spec}%{limit}]" if limit else f"[{spec}]"
 
 
+@reads_slurm_output
 def parse_accounting(payload: Json) -> list[AccountingEntry]:
     """``GET /slurmdb/{v}/jobs``: one entry per job or array task, steps ignored.
 
@@ -259,6 +271,7 @@ def parse_accounting(payload: Json) -> list[AccountingEntry]:
     return [entry for _, entry in latest.values()]
 
 
+@reads_slurm_output
 def submitted_job_id(payload: Json | None) -> int | None:
     """The id in a submission's answer. A job id means the job was queued, even
     beside an error such as "Job is in held state": calling that a refusal
@@ -267,6 +280,7 @@ def submitted_job_id(payload: Json | None) -> int | None:
     return job_id if isinstance(job_id, int) and job_id > 0 else None
 
 
+@reads_slurm_output
 def parse_partitions(partitions: Json, nodes: Json) -> list[PartitionInfo]:
     """``GET /slurm/{v}/partitions`` with GPU counts from ``GET /slurm/{v}/nodes`` GRES."""
     node_list = nodes.get("nodes") or []
@@ -294,6 +308,7 @@ def parse_partitions(partitions: Json, nodes: Json) -> list[PartitionInfo]:
     return result
 
 
+@reads_slurm_output
 def gpu_minutes_limit(association: Json) -> int | None:
     """The association's ``GrpTRESMins`` for ``gres/gpu`` (``max.tres.group.minutes``)."""
     limits = (((association.get("max") or {}).get("tres") or {}).get("group") or {}).get("minutes")

@@ -19,9 +19,12 @@ def gpu_hours(value: float | int | None, digits: str = "-2g") -> str:
     """Hours as "1,234.50 GPU-h" in the active language's number format."""
     if value is None:
         return "—"
-    if 0 < abs(value) < 0.01:
+    if 0 < value < 0.01:
         # A short job's few GPU-seconds must not read as "0 GPU-h", i.e. free.
         return _("< %(hours)s GPU-h") % {"hours": floatformat(0.01, "2g")}
+    if -0.01 < value < 0:
+        # A balance a few GPU-seconds overdrawn must not read as a little left.
+        return _("> %(hours)s GPU-h") % {"hours": floatformat(-0.01, "2g")}
     return _("%(hours)s GPU-h") % {"hours": floatformat(value, digits)}
 
 

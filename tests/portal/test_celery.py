@@ -31,8 +31,9 @@ def test_a_worker_runs_the_heartbeat_and_health_reports_it(celery_worker):
 
 
 def test_tests_use_redis_databases_of_their_own(settings):
-    assert settings.BROKER_URL == f"redis://127.0.0.1:6379/{testenv.BROKER_DB}"
-    assert settings.CACHE_URL == f"redis://127.0.0.1:6379/{testenv.CACHE_DB}"
+    broker, cache_url = settings.BROKER_URL, settings.CACHE_URL
+    assert broker == f"redis://127.0.0.1:6379/{testenv.BROKER_DB}"
+    assert cache_url == f"redis://127.0.0.1:6379/{testenv.CACHE_DB}"
     assert testenv.BROKER_DB >= 2 and testenv.CACHE_DB == testenv.BROKER_DB + 1
     # …reached with the stack's Redis password, which the settings add.
     for url in (settings.CELERY_BROKER_URL, settings.CACHES["default"]["LOCATION"]):

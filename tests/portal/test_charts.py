@@ -3,8 +3,10 @@ below zero. Found from outside: one tiny charge put the run-out day past the yea
 and the dashboard answered 500."""
 
 import datetime as dt
+import itertools
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from portal.charts import BOTTOM, LEFT, RIGHT, burn_down
@@ -71,3 +73,42 @@ def test_any_usage_renders_within_the_chart(granted, available, usage, start_off
         assert LEFT <= x <= RIGHT
         assert y <= BOTTOM  # nothing below the axis; above the top only past the grant
     assert LEFT <= chart.today_x <= RIGHT
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    granted=st.integers(min_value=0, max_value=10**12),
+    available=st.one_of(seconds, st.integers(min_value=1, max_value=10**8)),
+    usage=st.dictionaries(st.integers(min_value=-40, max_value=40), used, max_size=30),
+    start_offset=st.integers(min_value=-400, max_value=400),
+    length=st.integers(min_value=0, max_value=400),
+)
+@example(  # an allocation past its end that the expiry sweep has not reached yet
+    granted=3600, available=1800, usage={0: 5}, start_offset=-30, length=29
+)
+@example(granted=3600, available=1800, usage={0: 5}, start_offset=-1, length=0)  # one day
+def test_the_forecast_follows_the_recent_rate_and_never_rises(
+    granted, available, usage, start_offset, length
+):
+    starts_on = TODAY + dt.timedelta(days=start_offset)
+    ends_on = starts_on + dt.timedelta(days=length)
+    daily = {TODAY + dt.timedelta(days=d): s for d, s in usage.items()}
+    chart = burn_down(
+        granted_gpu_seconds=granted,
+        available_gpu_seconds=available,
+        daily_used_gpu_seconds=daily,
+        starts_on=starts_on,
+        ends_on=ends_on,
+        today=TODAY,
+    )
+    window = [s for day, s in daily.items() if TODAY - dt.timedelta(days=13) <= day <= TODAY]
+    assert chart.rate_gpu_hours_per_day * 3600 * 14 == pytest.approx(sum(window))
+    assert chart.available_gpu_hours * 3600 == pytest.approx(available)
+    forecast = coordinates(chart.forecast_points)
+    assert forecast[0] == (chart.today_x, forecast[0][1])
+    # Left to right, and down (y grows downwards): spending never gives hours back.
+    for (x1, y1), (x2, y2) in itertools.pairwise(forecast):
+        assert x1 <= x2
+        assert y1 <= y2
+    past_days = (min(TODAY, ends_on) - starts_on).days + 1
+    assert len(coordinates(chart.remaining_points)) == max(past_days, 0)

@@ -1,0 +1,227 @@
+"""Slurm's output parsers on any text and any JSON: a result or SlurmOutputInvalid,
+never another exception (a sync would die of a KeyError on a newer Slurm's answer);
+and what the portal writes in Slurm's own formats reads back as it was.
+
+Property-based (Hypothesis): each ``@example`` is an input that once raised
+something else, kept as a regression case.
+"""
+
+import datetime as dt
+import json
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from clusters.slurm import parsing, rest_parsing
+from clusters.slurm.errors import SlurmError, SlurmOutputInvalid
+from clusters.slurm.parsing import FIELD_SEPARATOR, RECORD_SEPARATOR, SACCT_FIELDS, SQUEUE_FIELDS
+from clusters.slurm.states import SlurmJobState
+
+FAST = settings(max_examples=150, deadline=None)
+
+# Text as Slurm's tools might print it, or anything at all: the separators, digits,
+# colons, dashes and words the parsers look for, drawn far more often than chance.
+pieces = st.sampled_from(
+    [FIELD_SEPARATOR, RECORD_SEPARATOR, "\n", "|", ":", "-", "=", ",", "_", "(null)", "N/A",
+     "gpu", "gres/gpu", "gres/gpu:a100", "PENDING", "RUNNING", "COMPLETED", "UNLIMITED",
+     "2026-12-02T12:46:10", "0x1F", "[", "]", "%", "*", "up", "1", "99999999999999999999"]
+)  # fmt: skip
+slurm_text = st.one_of(
+    st.text(max_size=200),
+    st.lists(st.one_of(pieces, st.text(max_size=8)), max_size=60).map("".join),
+)
+
+
+def parses_or_says_invalid(parse, *args):
+    try:
+        return parse(*args)
+    except SlurmOutputInvalid as error:
+        assert isinstance(error, SlurmError)
+        assert str(error)  # it says what it could not read
+        return None
+
+
+TEXT_PARSERS = [
+    parsing.parse_time_minutes,
+    parsing.parse_gpu_gres,
+    parsing.parse_sinfo_partitions,
+    parsing.parse_slurm_time,
+    parsing.parse_array_id,
+    parsing.parse_alloc_gpus,
+    parsing.parse_exit_code,
+    parsing.parse_squeue,
+    parsing.parse_sacct,
+    parsing.parse_test_only,
+    parsing.parse_gpu_limit,
+    parsing.parse_gpu_usage_minutes,
+]
+
+
+@FAST
+@given(text=slurm_text)
+@example(text="1:2:3:4")  # parse_time_minutes: four parts
+@example(text="x-1")  # a day count that is not a number
+@example(text="a|b")  # sinfo: too few fields
+@example(text="gres/gpu=two")  # a count that is not a number
+@example(text="9" * 5000)  # more digits than int() reads
+@example(text="2026-13-45T99:99:99")  # a time no calendar has
+@example(text="to start at 2026-02-30T00:00:00 using 1 processors on nodes n1")
+def test_every_text_parser_reads_anything_or_says_it_cannot(text):
+    for parse in TEXT_PARSERS:
+        parses_or_says_invalid(parse, text)
+
+
+def _record(fields: list[str], separator: str = FIELD_SEPARATOR) -> str:
+    return separator.join(fields)
+
+
+field_text = st.one_of(pieces, st.text(max_size=12))
+
+
+@FAST
+@given(fields=st.lists(field_text, min_size=len(SQUEUE_FIELDS), max_size=len(SQUEUE_FIELDS) + 2))
+@example(fields=["1", "N/A", "N/A", "u", "a", "p", "BOGUS", "", "", "", "", "", ""])
+@example(fields=["x", "N/A", "N/A", "u", "a", "p", "PENDING", "", "", "", "", "", ""])
+def test_squeue_records_of_any_fields(fields):
+    parses_or_says_invalid(parsing.parse_squeue, _record(fields) + RECORD_SEPARATOR)
+
+
+@FAST
+@given(fields=st.lists(field_text, min_size=len(SACCT_FIELDS), max_size=len(SACCT_FIELDS) + 2))
+def test_sacct_records_of_any_fields(fields):
+    parses_or_says_invalid(parsing.parse_sacct, _record(fields) + "\n")
+
+
+# --- what the portal writes reads back --------------------------------------------------
+
+safe_text = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x1e\x1f\n\r"), max_size=20
+)
+times = st.datetimes(min_value=dt.datetime(2000, 1, 1), max_value=dt.datetime(2100, 1, 1)).map(
+    lambda t: t.replace(microsecond=0, tzinfo=dt.UTC)
+)
+
+
+@FAST
+@given(
+    job_id=st.integers(1, 2**32 - 3),
+    name=safe_text,
+    comment=safe_text,
+    user=st.from_regex(r"[a-z][a-z0-9]{0,8}", fullmatch=True),
+    submitted=times,
+    started=times,
+    limit=st.one_of(st.none(), st.integers(0, 10**6)),
+    state=st.sampled_from(["PENDING", "RUNNING", "COMPLETED"]),
+)
+def test_a_squeue_record_reads_back_as_written(
+    job_id, name, comment, user, submitted, started, limit, state
+):
+    limit_text = "UNLIMITED" if limit is None else f"{limit}"
+    fields = [str(job_id), "N/A", "N/A", user, "acct", "gpu", state, "None",
+              submitted.strftime("%Y-%m-%dT%H:%M:%S"), started.strftime("%Y-%m-%dT%H:%M:%S"),
+              limit_text, comment or "(null)", name]  # fmt: skip
+    [entry] = parsing.parse_squeue(_record(fields) + RECORD_SEPARATOR)
+    assert entry.job_id == job_id
+    assert entry.name == name
+    assert entry.comment == (comment if comment != "(null)" else "")
+    assert entry.user == user
+    assert entry.submitted_at == submitted
+    assert entry.started_at == (None if state == "PENDING" else started)
+    assert entry.time_limit_minutes == limit
+
+
+@FAST
+@given(minutes=st.integers(0, 10**7), seconds=st.integers(0, 59))
+def test_slurm_times_in_every_form_read_as_minutes_rounded_up(minutes, seconds):
+    days, rest = divmod(minutes, 24 * 60)
+    hours, mins = divmod(rest, 60)
+    total = minutes + (1 if seconds else 0)
+    assert parsing.parse_time_minutes(f"{days}-{hours:02d}:{mins:02d}:{seconds:02d}") == total
+    assert parsing.parse_time_minutes(f"{days * 24 + hours}:{mins:02d}:{seconds:02d}") == total
+    assert parsing.parse_time_minutes(str(minutes)) == minutes
+
+
+@FAST
+@given(gpus=st.integers(0, 10**6), typed=st.lists(st.integers(0, 1000), max_size=4))
+def test_alloc_tres_counts_typed_gpus_only_without_the_total(gpus, typed):
+    typed_items = [f"gres/gpu:t{n}={count}" for n, count in enumerate(typed)]
+    assert parsing.parse_alloc_gpus(",".join(["cpu=1", *typed_items])) == sum(typed)
+    with_total = ",".join(["cpu=1", f"gres/gpu={gpus}", *typed_items, "mem=1G"])
+    assert parsing.parse_alloc_gpus(with_total) == gpus
+
+
+# --- slurmrestd's JSON ----------------------------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=10),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+JOB_KEYS = ["job_id", "job_state", "state", "array_job_id", "array_task_id", "array_task_string",
+            "name", "user_name", "user_id", "account", "partition", "state_reason", "comment",
+            "submit_time", "start_time", "time_limit", "exit_code", "array", "time", "tres",
+            "user"]  # fmt: skip
+job_like = st.dictionaries(st.sampled_from(JOB_KEYS), json_values, max_size=10)
+# A job that looks right except for what Hypothesis changes.
+good_job = st.fixed_dictionaries(
+    {"job_id": st.integers(1, 2**31), "job_state": st.sampled_from(["RUNNING", "FAILED"]),
+     "state": st.fixed_dictionaries({"current": st.sampled_from(["COMPLETED", "FAILED"])})},
+    optional={key: json_values for key in JOB_KEYS if key not in ("job_id", "job_state", "state")},
+)  # fmt: skip
+payloads = st.one_of(
+    json_values,
+    st.fixed_dictionaries(
+        {"jobs": st.lists(st.one_of(job_like, good_job, json_values), max_size=4)}
+    ),
+    st.fixed_dictionaries({"errors": json_values}),
+)
+
+
+REST_PARSERS = [
+    rest_parsing.parse_queue,
+    rest_parsing.parse_queue_exit_codes,
+    rest_parsing.parse_accounting,
+    rest_parsing.error_codes,
+    rest_parsing.errors_message,
+    rest_parsing.gpu_minutes_limit,
+    rest_parsing.submitted_job_id,
+    lambda payload: rest_parsing.error_for(payload, where="test"),
+    lambda payload: rest_parsing.parse_partitions(payload, payload),
+    lambda payload: rest_parsing.newest_versions(payload),
+    lambda payload: rest_parsing.pending_array_tasks(payload),
+    lambda payload: rest_parsing.allocated_gpus(payload),
+    lambda payload: rest_parsing.accounting_exit_code(payload, SlurmJobState.FAILED),
+]
+
+
+@FAST
+@given(payload=payloads)
+@example(payload=[])  # a list where an object belongs
+@example(payload={"jobs": [{"job_id": 1}]})  # no job_state
+@example(payload={"jobs": [{"job_id": 1, "job_state": "RUNNING", "submit_time": 10**20}]})
+@example(payload={"jobs": [{"job_id": 1, "job_state": "FAILED", "exit_code": "x"}]})
+@example(payload={"jobs": [None]})
+@example(payload={"errors": "down"})
+@example(payload={"task": "0xZZ"})
+def test_every_json_parser_reads_anything_or_says_it_cannot(payload):
+    json.dumps(payload)  # what Hypothesis drew is JSON
+    for parse in REST_PARSERS:
+        parses_or_says_invalid(parse, payload)
+
+
+@FAST
+@given(tasks=st.sets(st.integers(0, 300), min_size=1, max_size=40), limit=st.integers(0, 50))
+def test_a_pending_array_bitmap_reads_as_the_tasks_it_holds(tasks, limit):
+    bitmap = hex(sum(1 << task for task in tasks))
+    text = rest_parsing.pending_array_tasks(
+        {"task": bitmap, "limits": {"max": {"running": {"tasks": limit}}}}
+    )
+    spec, _, shown_limit = text.strip("[]").partition("%")
+    read = set()
+    for item in spec.split(","):
+        first, _, last = item.partition("-")
+        read |= set(range(int(first), int(last or first) + 1))
+    assert read == tasks
+    assert shown_limit == (str(limit) if limit else "")
