@@ -6,7 +6,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
-from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import exceptions, serializers, status
 from rest_framework.authentication import SessionAuthentication
@@ -32,7 +31,7 @@ from accounts.models import (
     PersonalAccessToken,
     User,
 )
-from accounts.permissions import is_allocation_manager, is_lead_role, led_project_ids
+from accounts.permissions import is_allocation_manager, is_lead_role
 from accounts.requests import (
     allocation_request_approve,
     allocation_request_create,
@@ -42,6 +41,7 @@ from accounts.selectors import (
     USAGE_GROUPS,
     Balance,
     allocation_balance,
+    allocation_requests_for,
     memberships_of_user,
     project_usage,
 )
@@ -320,17 +320,6 @@ class DecisionSerializer(serializers.Serializer):
 
 class DenialSerializer(serializers.Serializer):
     comment = serializers.CharField(max_length=10_000, help_text="Why: the PI reads it. Required.")
-
-
-def allocation_requests_for(user: User) -> QuerySet[AllocationRequest]:
-    """Every request for allocation managers; the requests of the projects a user
-    leads for anyone else."""
-    requests = AllocationRequest.objects.select_related(
-        "project", "cluster", "requested_by", "decided_by"
-    ).order_by("-created_at", "-id")
-    if is_allocation_manager(user):
-        return requests
-    return requests.filter(project_id__in=led_project_ids(user))
 
 
 class AllocationRequestList(APIView):

@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.translation import gettext as _
 
-from accounts.errors import AllocationOverlap, NoActiveAllocation, QuotaExceeded, Refused
+from accounts.errors import AllocationOverlap, QuotaExceeded, Refused
 from accounts.models import (
     AVAILABLE_GPU_SECONDS,
     LEDGER_TOTALS,
@@ -70,30 +70,6 @@ def _existing(kind: str, reference: str) -> LedgerEntry | None:
 
 def _locked(allocation_id: int) -> Allocation:
     return Allocation.objects.select_for_update().get(pk=allocation_id)
-
-
-def active_allocation(
-    *, project: Project, cluster: Cluster, on: dt.date | None = None
-) -> Allocation:
-    """The allocation that pays for the project's work on the cluster on a day."""
-    day = on or timezone.localdate()
-    allocation = (
-        Allocation.objects.filter(
-            project=project,
-            cluster=cluster,
-            state=Allocation.State.ACTIVE,
-            starts_on__lte=day,
-            ends_on__gt=day,
-        )
-        .order_by("ends_on")
-        .first()
-    )
-    if allocation is None:
-        raise NoActiveAllocation(
-            _("%(project)s has no active allocation on %(cluster)s on %(day)s.")
-            % {"project": project, "cluster": cluster, "day": date_format(day)}
-        )
-    return allocation
 
 
 def allocation_overlap(

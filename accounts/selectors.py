@@ -7,11 +7,16 @@ from typing import NamedTuple
 
 from django.db.models import Prefetch, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, TruncDate, TruncMonth
+from django.utils import timezone
+from django.utils.formats import date_format
+from django.utils.translation import gettext as _
 
+from accounts.errors import NoActiveAllocation
 from accounts.models import (
     BALANCE_FIELDS,
     LEDGER_TOTALS,
     Allocation,
+    AllocationRequest,
     LedgerEntry,
     Membership,
     Project,
@@ -19,6 +24,7 @@ from accounts.models import (
     User,
     available_gpu_seconds,
 )
+from accounts.permissions import is_allocation_manager, led_project_ids
 from clusters.models import Cluster
 from clusters.selectors import clusters_enabled
 
@@ -192,3 +198,38 @@ def last_reconcile_reports() -> list[tuple[Cluster, ReconcileReport | None]]:
         (cluster, getattr(cluster, "reconcile_report", None))
         for cluster in clusters_enabled().select_related("reconcile_report")
     ]
+
+
+def active_allocation(
+    *, project: Project, cluster: Cluster, on: dt.date | None = None
+) -> Allocation:
+    """The allocation that pays for the project's work on the cluster on a day."""
+    day = on or timezone.localdate()
+    allocation = (
+        Allocation.objects.filter(
+            project=project,
+            cluster=cluster,
+            state=Allocation.State.ACTIVE,
+            starts_on__lte=day,
+            ends_on__gt=day,
+        )
+        .order_by("ends_on")
+        .first()
+    )
+    if allocation is None:
+        raise NoActiveAllocation(
+            _("%(project)s has no active allocation on %(cluster)s on %(day)s.")
+            % {"project": project, "cluster": cluster, "day": date_format(day)}
+        )
+    return allocation
+
+
+def allocation_requests_for(user: User) -> QuerySet[AllocationRequest]:
+    """Every request for allocation managers; the requests of the projects a user
+    leads for anyone else."""
+    requests = AllocationRequest.objects.select_related(
+        "project", "cluster", "requested_by", "decided_by"
+    ).order_by("-created_at", "-id")
+    if is_allocation_manager(user):
+        return requests
+    return requests.filter(project_id__in=led_project_ids(user))

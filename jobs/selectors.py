@@ -1,9 +1,11 @@
 """Reads of jobs that pages and the API share, scoped to the user who asks."""
 
+import datetime as dt
 from collections.abc import Collection
 
 from django.conf import settings
 from django.db.models import Q, QuerySet
+from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from accounts.models import User
@@ -12,6 +14,7 @@ from jobs import output, worker_calls
 from jobs.errors import OutputUnavailable
 from jobs.models import Job, JobTemplate
 from jobs.requests import templates_visible_to
+from jobs.states import JobState
 
 
 def jobs_visible_to(user: User) -> QuerySet[Job]:
@@ -98,3 +101,18 @@ def job_output(
         tail_lines=tail_lines,
         timeout_s=settings.OUTPUT_TIMEOUT_S,
     )
+
+
+def jobs_to_sweep(*, older_than_s: int = 15, limit: int = 500) -> list[int]:
+    """Jobs left in ``new`` or in a lapsed ``submitting``: saved while the broker or a
+    worker was down, or abandoned by a worker that died mid-submission."""
+    now = timezone.now()
+    quiet_since = now - dt.timedelta(seconds=older_than_s)
+    stuck = Job.objects.filter(
+        Q(state=JobState.NEW, created_at__lt=quiet_since)
+        | (
+            Q(state=JobState.SUBMITTING, updated_at__lt=quiet_since)
+            & (Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
+        )
+    ).order_by("id")
+    return list(stuck.values_list("id", flat=True)[:limit])

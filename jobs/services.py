@@ -18,6 +18,7 @@ from accounts import ledger
 from accounts.errors import NoActiveAllocation, NotAllowed, QuotaExceeded
 from accounts.models import Project, User
 from accounts.permissions import is_allocation_manager, is_lead
+from accounts.selectors import active_allocation
 from audit.models import AuditEvent
 from audit.services import audit_record
 from clusters.selectors import cluster_status
@@ -53,7 +54,7 @@ def job_event_add(
 
 def _allocation_for(prepared: PreparedJob):
     try:
-        return ledger.active_allocation(project=prepared.project, cluster=prepared.cluster)
+        return active_allocation(project=prepared.project, cluster=prepared.cluster)
     except NoActiveAllocation:
         raise JobInvalid.one(
             "project",

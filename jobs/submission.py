@@ -327,18 +327,3 @@ def job_submit(*, job_id: int) -> Job | None:
         _unclaim(job, reason=f"Waiting for {error}")
         raise
     return _record_submitted(job, slurm_job_id, rendered_script=rendered)
-
-
-def jobs_to_sweep(*, older_than_s: int = 15, limit: int = 500) -> list[int]:
-    """Jobs left in ``new`` or in a lapsed ``submitting``: saved while the broker or a
-    worker was down, or abandoned by a worker that died mid-submission."""
-    now = timezone.now()
-    quiet_since = now - dt.timedelta(seconds=older_than_s)
-    stuck = Job.objects.filter(
-        Q(state=JobState.NEW, created_at__lt=quiet_since)
-        | (
-            Q(state=JobState.SUBMITTING, updated_at__lt=quiet_since)
-            & (Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
-        )
-    ).order_by("id")
-    return list(stuck.values_list("id", flat=True)[:limit])

@@ -16,11 +16,11 @@ from clusters.slurm.types import SubmitRequest
 from jobs.control import job_control
 from jobs.errors import OutputUnavailable
 from jobs.output import read_output_of
+from jobs.selectors import jobs_to_sweep
 from jobs.submission import (
     ClaimedElsewhere,
     DependencyNotReady,
     job_submit,
-    jobs_to_sweep,
     start_estimate,
 )
 from jobs.sync import accounting_sync, queue_sync

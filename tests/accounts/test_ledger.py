@@ -9,7 +9,6 @@ from django.db import DatabaseError, connection, transaction
 
 from accounts.errors import NoActiveAllocation, QuotaExceeded, Refused
 from accounts.ledger import (
-    active_allocation,
     allocation_adjust,
     allocation_expire,
     allocation_grant,
@@ -18,7 +17,12 @@ from accounts.ledger import (
     ledger_release,
 )
 from accounts.models import Allocation, LedgerEntry
-from accounts.selectors import allocation_balance, ledger_drift, project_balance
+from accounts.selectors import (
+    active_allocation,
+    allocation_balance,
+    ledger_drift,
+    project_balance,
+)
 from accounts.services import project_create
 from clusters.services import cluster_register
 

@@ -3,8 +3,8 @@ the PI and co-PIs the usage, outsiders nothing (404)."""
 
 import pytest
 
-from accounts.ledger import active_allocation, ledger_charge, ledger_hold
-from accounts.selectors import project_balance
+from accounts.ledger import ledger_charge, ledger_hold
+from accounts.selectors import active_allocation, project_balance
 from clusters.models import Partition
 from tests.api.conftest import error_of
 
