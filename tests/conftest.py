@@ -20,11 +20,28 @@ DEV_CLUSTER = "portal-dev"
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every fault test and every test of the dev stack itself stops or restarts what the
-    whole machine shares: each is ``exclusive`` (``make test`` runs them alone)."""
+    whole machine shares: each is ``exclusive`` (``make test`` runs them alone).
+
+    A transactional test empties every table when it ends, the rows the migrations
+    seeded too (the allocation managers' group and its permissions, the global
+    templates); in whichever order the tests run (pytest-xdist interleaves modules), the
+    next test must still find them, so each such test restores the database as it was
+    after migrating (Django's serialized rollback)."""
     for item in items:
         in_dev = Path(str(item.fspath)).parent.name == "dev"
         if in_dev or item.get_closest_marker("fault"):
             item.add_marker(pytest.mark.exclusive)
+        _restores_the_seeded_rows(item)
+
+
+def _restores_the_seeded_rows(item: pytest.Item) -> None:
+    marker = item.get_closest_marker("django_db")
+    fixtures = getattr(item, "fixturenames", [])
+    if marker is not None and marker.kwargs.get("transaction"):
+        kwargs = {**marker.kwargs, "serialized_rollback": True}
+        item.add_marker(pytest.mark.django_db(*marker.args, **kwargs), append=False)
+    elif marker is None and ("transactional_db" in fixtures or "live_server" in fixtures):
+        fixtures.append("django_db_serialized_rollback")
 
 
 def stack_value(name: str) -> str:

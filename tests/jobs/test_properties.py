@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from client.cli import _duration as client_duration
+from client.jobs import _duration as client_duration
 from client.jobspec import JobSpecError, parse_minutes
 from clusters.slurm.parsing import parse_time_minutes
 from jobs.errors import JobInvalid
