@@ -319,6 +319,33 @@ class CliClient:
             if "nothing modified" not in exc.message.lower():
                 raise
 
+    def job_count_limits(self, account: str) -> dict[str, int | None]:
+        lines = self._sacctmgr_lines(
+            "show", "association", "where", f"cluster={self.cluster_name}",
+            f"account={account}", "format=User,GrpSubmitJobs,GrpJobs",
+        )  # fmt: skip
+        for line in lines:
+            user, submit, running = [*line.split("|"), "", ""][:3]
+            if not user:
+                return {
+                    "GrpSubmitJobs": int(submit) if submit.strip() else None,
+                    "GrpJobs": int(running) if running.strip() else None,
+                }
+        raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
+
+    def set_job_count_limits(self, account: str, limits: dict[str, int | None]) -> None:
+        current = self.job_count_limits(account)
+        changes = [
+            f"{name}={-1 if value is None else int(value)}"
+            for name, value in limits.items()
+            if name in current and current[name] != value
+        ]
+        if changes:
+            self._run(
+                ["sacctmgr", "--immediate", "modify", "account", "where", f"name={account}",
+                 f"cluster={self.cluster_name}", "set", *changes]
+            )  # fmt: skip
+
     def gpu_minutes_used(self, account: str) -> int:
         result = self._run(
             ["sshare", "--noheader", "--parsable2", f"--accounts={account}",

@@ -27,6 +27,7 @@ from clusters.slurm.rest_parsing import (
     error_for,
     error_list,
     gpu_minutes_limit,
+    job_count_limits,
     job_description,
     newest_versions,
     parse_accounting,
@@ -450,6 +451,35 @@ class RestClient:
                 f"slurmrestd accepted GrpTRESMins=gres/gpu={limit['count']} for account "
                 f"{account!r} but did not apply it: Slurm 22.05's REST API cannot change an "
                 "account's own association; use the cli backend or sacctmgr"
+            )
+
+    def job_count_limits(self, account: str) -> dict[str, int | None]:
+        association = self._account_association(account)
+        if association is None:
+            raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
+        return job_count_limits(association)
+
+    def set_job_count_limits(self, account: str, limits: dict[str, int | None]) -> None:
+        current = self.job_count_limits(account)
+        wanted = {**current, **{k: v for k, v in limits.items() if k in current}}
+        if wanted == current:
+            return
+        count = {name: -1 if value is None else value for name, value in wanted.items()}
+        change = {
+            "account": account,
+            "cluster": self.cluster_name,
+            "user": "",
+            "max": {
+                "jobs": {"per": {"submitted": count["GrpSubmitJobs"], "count": count["GrpJobs"]}}
+            },
+        }
+        self._post_db("/associations", {"associations": [change]})
+        # As with GrpTRESMins: 22.05 says success and may apply nothing; reading back tells.
+        if self.job_count_limits(account) != wanted:
+            raise SlurmRejected(
+                f"slurmrestd accepted GrpSubmitJobs/GrpJobs {count} for account {account!r} "
+                "but did not apply them: Slurm 22.05's REST API cannot change an account's "
+                "own association; use the cli backend or sacctmgr"
             )
 
     def gpu_minutes_used(self, account: str) -> int:

@@ -408,3 +408,43 @@ def test_the_gpu_minutes_limit_reads_back(client):
     finally:
         client.set_gpu_minutes_limit(ACCOUNT, None)
     assert client.gpu_minutes_limit(ACCOUNT) is None
+
+
+def test_job_count_limits_read_back_and_blocking_refuses_sbatch(client):
+    # An account of its own: blocking the shared one would refuse other tests' jobs.
+    account = f"b{uuid.uuid4().hex[:10]}"
+    subprocess.run(
+        ["sacctmgr", "-i", "add", "account", account, f"cluster={DEV_CLUSTER}"],
+        capture_output=True, check=True,
+    )  # fmt: skip
+    subprocess.run(
+        ["sacctmgr", "-i", "add", "user", USER, f"account={account}", f"cluster={DEV_CLUSTER}"],
+        capture_output=True, check=True,
+    )  # fmt: skip
+    blocked = {"GrpSubmitJobs": 0, "GrpJobs": 0}
+    try:
+        assert client.job_count_limits(account) == {"GrpSubmitJobs": None, "GrpJobs": None}
+        if limits_supported(client):
+            client.set_job_count_limits(account, blocked)
+        else:
+            # As with GrpTRESMins: slurmrestd 22.05 says success and (usually) applies
+            # nothing; the adapter reads back and refuses plainly. sacctmgr blocks instead.
+            try:
+                client.set_job_count_limits(account, blocked)
+            except SlurmRejected as refused:
+                assert "22.05" in refused.message
+            subprocess.run(
+                ["sacctmgr", "-i", "modify", "account", "where", f"name={account}",
+                 f"cluster={DEV_CLUSTER}", "set", "GrpSubmitJobs=0", "GrpJobs=0"],
+                capture_output=True, check=True,
+            )  # fmt: skip
+        assert client.job_count_limits(account) == blocked
+        with pytest.raises(SlurmRejected, match=r"AssocGrpSubmitJobsLimit|job submit limit"):
+            client.submit(replace(job(), account=account))
+        if limits_supported(client):
+            client.set_job_count_limits(account, {"GrpSubmitJobs": None, "GrpJobs": 3})
+            assert client.job_count_limits(account) == {"GrpSubmitJobs": None, "GrpJobs": 3}
+    finally:
+        subprocess.run(["sacctmgr", "-i", "delete", "account", account], capture_output=True)
+    with pytest.raises(NotFound):
+        client.job_count_limits(account)
