@@ -35,6 +35,7 @@ from clusters.slurm.parsing import (
     parse_squeue,
     parse_test_only,
 )
+from clusters.slurm.states import UNSTARTED_END_STATES
 from clusters.slurm.types import (
     PORTAL_ORGANIZATION,
     AccountingEntry,
@@ -43,6 +44,7 @@ from clusters.slurm.types import (
     StartEstimate,
     SubmitRequest,
     ids_with_comment,
+    with_unstarted_ends,
 )
 
 
@@ -186,7 +188,10 @@ class CliClient:
         return parse_squeue(result.stdout)
 
     def accounting_since(self, since: dt.datetime) -> list[AccountingEntry]:
-        return self._accounting(since, "--allusers")
+        return with_unstarted_ends(
+            self._accounting(since, "--allusers"),
+            self._accounting(since, "--allusers", f"--state={','.join(UNSTARTED_END_STATES)}"),
+        )
 
     def _accounting(self, since: dt.datetime, *selection: str) -> list[AccountingEntry]:
         # sacct refuses a start after its end ("now"); Slurm's clock may be behind ours.

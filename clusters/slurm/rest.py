@@ -36,7 +36,7 @@ from clusters.slurm.rest_parsing import (
     parse_queue_exit_codes,
     submitted_job_id,
 )
-from clusters.slurm.states import SlurmJobState
+from clusters.slurm.states import UNSTARTED_END_STATES, SlurmJobState
 from clusters.slurm.types import (
     PORTAL_ORGANIZATION,
     AccountingEntry,
@@ -45,6 +45,7 @@ from clusters.slurm.types import (
     StartEstimate,
     SubmitRequest,
     ids_with_comment,
+    with_unstarted_ends,
 )
 
 # Added to the accounting window: it is counted on slurmrestd's clock, not ours.
@@ -257,9 +258,17 @@ class RestClient:
         return list(self._queue)
 
     def accounting_since(self, since: dt.datetime) -> list[AccountingEntry]:
-        # start_time selects, like sacct --starttime, every job eligible,
-        # running or ended in the window.
-        return self._accounting({"start_time": self._seconds_since(since)})
+        # start_time selects, like sacct --starttime, every job eligible, running or
+        # ended in the window; the states of a job that ended without ever being
+        # eligible are asked for again (22.05 heeds "state" only with an end_time, and
+        # answers nothing without one).
+        start = self._seconds_since(since)
+        return with_unstarted_ends(
+            self._accounting({"start_time": start}),
+            self._accounting(
+                {"start_time": start, "end_time": "now", "state": ",".join(UNSTARTED_END_STATES)}
+            ),
+        )
 
     @staticmethod
     def _seconds_since(since: dt.datetime) -> str:

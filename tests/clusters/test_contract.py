@@ -211,6 +211,20 @@ def test_cancel_ends_a_job_and_is_safe_to_repeat(client):
     client.cancel(job_id, user=USER)  # already ended: no error
 
 
+def test_a_job_cancelled_before_it_was_ever_eligible_is_accounted_as_cancelled(client):
+    running = client.submit(job(script="#!/bin/bash\nsleep 120\n"))
+    try:
+        waiting = client.submit(job(after_ok=(running,)))
+        entry = wait_for("the job to wait", lambda: queued(client, waiting), 30)
+        assert entry.reason == "Dependency"
+        client.cancel(waiting, user=USER)
+        ended = accounted(client, waiting)
+        assert ended.state == SlurmJobState.CANCELLED
+        assert (ended.elapsed_s, ended.allocated_gpus) == (0, 0)
+    finally:
+        client.cancel(running, user=USER)
+
+
 def test_cancelling_an_unknown_job_is_not_found(client):
     with pytest.raises(NotFound):
         client.cancel(99_999_999, user=USER)
