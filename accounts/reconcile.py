@@ -10,7 +10,7 @@ ledger. ``reconcile(..., dry_run=True)`` only reports.
 
 A project with no active allocation on a cluster (it expired, was revoked, or
 the next one has not started) has its account's new work blocked
-(``block_new_work``): Slurm refuses new submissions and starts none of the
+(``plan_new_work``): Slurm refuses new submissions and starts none of the
 queued jobs, while running jobs go on to the end (lowering ``GrpTRESMins``
 instead would have Slurm kill them). An active allocation lifts the block.
 
