@@ -8,6 +8,12 @@ is spent. The limit is Slurm's own raw usage (which decays) plus what the
 portal still covers, recomputed every run; it is never read back into the
 ledger. ``reconcile(..., dry_run=True)`` only reports.
 
+A project with no active allocation on a cluster (it expired, was revoked, or
+the next one has not started) has its account's new work blocked
+(``plan_new_work``): Slurm refuses new submissions and starts none of the
+queued jobs, while running jobs go on to the end (lowering ``GrpTRESMins``
+instead would have Slurm kill them). An active allocation lifts the block.
+
 The portal changes only accounts it created (organization ``portal``). A
 project bound to an account that a site made by hand — someone else's budget,
 or ``root`` — gets no users, associations or limits: the run reports it as an
@@ -39,10 +45,14 @@ class NotThePortalsAccount(Exception):
 @dataclass(frozen=True)
 class Action:
     account: str
-    kind: str  # "add account", "add user", "remove user", "set limit"
+    # "add account", "add user", "remove user", "set limit", "block new work",
+    # "unblock new work"
+    kind: str
     user: str = ""
     minutes: int | None = None
     was: int | None = None
+    # "block/unblock new work": the GrpSubmitJobs and GrpJobs to set (None clears).
+    job_limits: tuple[tuple[str, int | None], ...] = ()
 
     def __str__(self) -> str:
         if self.kind == "set limit":
@@ -122,7 +132,63 @@ def _plan_project(client: SlurmClient, cluster: Cluster, project: Project) -> li
     )
     if limit != current:
         actions.append(Action(account, "set limit", minutes=limit, was=current))
+    actions += plan_new_work(client, account, allowed=True)
     return actions
+
+
+# --- new work of projects without an active allocation -----------------------------
+#
+# Blocked with GrpSubmitJobs=0 (sbatch refused: AssocGrpSubmitJobsLimit) and GrpJobs=0
+# (queued jobs wait: AssocGrpJobsLimit) on the account's association; running jobs are
+# not touched by either. Not MaxSubmitJobs=0: on 22.05 an account's own MaxSubmitJobs
+# did not stop its users' submissions (checked with sbatch on the dev cluster), and a
+# user association's own MaxSubmitJobs would override it anyway; Grp limits hold for
+# everything under the account. The portal owns the zeros of these two limits on its
+# own accounts: a lift clears only a limit that is 0, so another value a site set by
+# hand stays (one set before a block is not remembered through it).
+
+NEW_WORK_BLOCKED = {"GrpSubmitJobs": 0, "GrpJobs": 0}
+
+
+def projects_to_block(cluster: Cluster) -> list[Project]:
+    """Projects that have had an allocation on the cluster but have no active one today."""
+    active = {project.pk for project in projects_to_reconcile(cluster)}
+    return [
+        project
+        for project in Project.objects.filter(allocations__cluster=cluster)
+        .distinct()
+        .order_by("slug")
+        if project.pk not in active
+    ]
+
+
+def plan_new_work(client: SlurmClient, account: str, *, allowed: bool) -> list[Action]:
+    """Block new work under an account that may not have it, lift the block of one that
+    may; nothing when the account is absent (nothing runs under it)."""
+    try:
+        current = client.job_count_limits(account)
+    except NotFound:
+        return []
+    if allowed:
+        wanted = {name: None if value == 0 else value for name, value in current.items()}
+    else:
+        wanted = {**current, **NEW_WORK_BLOCKED}
+    if wanted == current:
+        return []
+    kind = "unblock new work" if allowed else "block new work"
+    return [Action(account, kind, job_limits=tuple(wanted.items()))]
+
+
+def _plan_blocked_project(client: SlurmClient, project: Project) -> list[Action]:
+    account = project.slurm_account
+    try:
+        organization = client.account_organization(account)
+    except NotFound:
+        return []
+    if organization != PORTAL_ORGANIZATION:
+        # Someone else's account: the portal never limited it, so it does not block it.
+        return []
+    return plan_new_work(client, account, allowed=False)
 
 
 def _apply(client: SlurmClient, project: Project, action: Action) -> None:
@@ -134,6 +200,8 @@ def _apply(client: SlurmClient, project: Project, action: Action) -> None:
         client.remove_user_association(user=action.user, account=action.account)
     elif action.kind == "set limit":
         client.set_gpu_minutes_limit(action.account, action.minutes)
+    elif action.kind in ("block new work", "unblock new work"):
+        client.set_job_count_limits(action.account, dict(action.job_limits))
 
 
 def reconcile(*, cluster: Cluster, dry_run: bool = False) -> Report:
@@ -156,6 +224,15 @@ def reconcile(*, cluster: Cluster, dry_run: bool = False) -> Report:
                 for action in actions:
                     _apply(client, project, action)
         except (SlurmError, NotThePortalsAccount) as exc:
+            report.errors.append(f"{project.slurm_account}: {exc}")
+    for project in projects_to_block(cluster):
+        try:
+            actions = _plan_blocked_project(client, project)
+            report.actions += actions
+            if not dry_run:
+                for action in actions:
+                    _apply(client, project, action)
+        except SlurmError as exc:
             report.errors.append(f"{project.slurm_account}: {exc}")
     reconcile_report_save(cluster=cluster, report=report)
     return report

@@ -35,6 +35,7 @@ from clusters.slurm.parsing import (
     parse_squeue,
     parse_test_only,
 )
+from clusters.slurm.states import UNSTARTED_END_STATES
 from clusters.slurm.types import (
     PORTAL_ORGANIZATION,
     AccountingEntry,
@@ -43,6 +44,7 @@ from clusters.slurm.types import (
     StartEstimate,
     SubmitRequest,
     ids_with_comment,
+    with_unstarted_ends,
 )
 
 
@@ -186,7 +188,10 @@ class CliClient:
         return parse_squeue(result.stdout)
 
     def accounting_since(self, since: dt.datetime) -> list[AccountingEntry]:
-        return self._accounting(since, "--allusers")
+        return with_unstarted_ends(
+            self._accounting(since, "--allusers"),
+            self._accounting(since, "--allusers", f"--state={','.join(UNSTARTED_END_STATES)}"),
+        )
 
     def _accounting(self, since: dt.datetime, *selection: str) -> list[AccountingEntry]:
         # sacct refuses a start after its end ("now"); Slurm's clock may be behind ours.
@@ -318,6 +323,33 @@ class CliClient:
             # sacctmgr exits 1 with "Nothing modified" when the limit is already set.
             if "nothing modified" not in exc.message.lower():
                 raise
+
+    def job_count_limits(self, account: str) -> dict[str, int | None]:
+        lines = self._sacctmgr_lines(
+            "show", "association", "where", f"cluster={self.cluster_name}",
+            f"account={account}", "format=User,GrpSubmitJobs,GrpJobs",
+        )  # fmt: skip
+        for line in lines:
+            user, submit, running = [*line.split("|"), "", ""][:3]
+            if not user:
+                return {
+                    "GrpSubmitJobs": int(submit) if submit.strip() else None,
+                    "GrpJobs": int(running) if running.strip() else None,
+                }
+        raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
+
+    def set_job_count_limits(self, account: str, limits: dict[str, int | None]) -> None:
+        current = self.job_count_limits(account)
+        changes = [
+            f"{name}={-1 if value is None else int(value)}"
+            for name, value in limits.items()
+            if name in current and current[name] != value
+        ]
+        if changes:
+            self._run(
+                ["sacctmgr", "--immediate", "modify", "account", "where", f"name={account}",
+                 f"cluster={self.cluster_name}", "set", *changes]
+            )  # fmt: skip
 
     def gpu_minutes_used(self, account: str) -> int:
         result = self._run(

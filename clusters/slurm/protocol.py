@@ -89,3 +89,12 @@ class SlurmClient(Protocol):
 
     def gpu_minutes_used(self, account: str) -> int:
         """The account's raw GPU usage in GPU-minutes, as Slurm counts it against the limit."""
+
+    def job_count_limits(self, account: str) -> dict[str, int | None]:
+        """The account association's ``GrpSubmitJobs`` (jobs queued or running at once:
+        0 refuses every sbatch) and ``GrpJobs`` (jobs running at once: 0 starts none of
+        those queued), by those names; None where there is no limit. NotFound if Slurm
+        has no such account. Neither touches a job already running."""
+
+    def set_job_count_limits(self, account: str, limits: dict[str, int | None]) -> None:
+        """Set the named ones of those limits on the account's association; None clears."""

@@ -27,6 +27,7 @@ from clusters.slurm.rest_parsing import (
     error_for,
     error_list,
     gpu_minutes_limit,
+    job_count_limits,
     job_description,
     newest_versions,
     parse_accounting,
@@ -35,7 +36,7 @@ from clusters.slurm.rest_parsing import (
     parse_queue_exit_codes,
     submitted_job_id,
 )
-from clusters.slurm.states import SlurmJobState
+from clusters.slurm.states import UNSTARTED_END_STATES, SlurmJobState
 from clusters.slurm.types import (
     PORTAL_ORGANIZATION,
     AccountingEntry,
@@ -44,6 +45,7 @@ from clusters.slurm.types import (
     StartEstimate,
     SubmitRequest,
     ids_with_comment,
+    with_unstarted_ends,
 )
 
 # Added to the accounting window: it is counted on slurmrestd's clock, not ours.
@@ -256,9 +258,17 @@ class RestClient:
         return list(self._queue)
 
     def accounting_since(self, since: dt.datetime) -> list[AccountingEntry]:
-        # start_time selects, like sacct --starttime, every job eligible,
-        # running or ended in the window.
-        return self._accounting({"start_time": self._seconds_since(since)})
+        # start_time selects, like sacct --starttime, every job eligible, running or
+        # ended in the window; the states of a job that ended without ever being
+        # eligible are asked for again (22.05 heeds "state" only with an end_time, and
+        # answers nothing without one).
+        start = self._seconds_since(since)
+        return with_unstarted_ends(
+            self._accounting({"start_time": start}),
+            self._accounting(
+                {"start_time": start, "end_time": "now", "state": ",".join(UNSTARTED_END_STATES)}
+            ),
+        )
 
     @staticmethod
     def _seconds_since(since: dt.datetime) -> str:
@@ -450,6 +460,35 @@ class RestClient:
                 f"slurmrestd accepted GrpTRESMins=gres/gpu={limit['count']} for account "
                 f"{account!r} but did not apply it: Slurm 22.05's REST API cannot change an "
                 "account's own association; use the cli backend or sacctmgr"
+            )
+
+    def job_count_limits(self, account: str) -> dict[str, int | None]:
+        association = self._account_association(account)
+        if association is None:
+            raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
+        return job_count_limits(association)
+
+    def set_job_count_limits(self, account: str, limits: dict[str, int | None]) -> None:
+        current = self.job_count_limits(account)
+        wanted = {**current, **{k: v for k, v in limits.items() if k in current}}
+        if wanted == current:
+            return
+        count = {name: -1 if value is None else value for name, value in wanted.items()}
+        change = {
+            "account": account,
+            "cluster": self.cluster_name,
+            "user": "",
+            "max": {
+                "jobs": {"per": {"submitted": count["GrpSubmitJobs"], "count": count["GrpJobs"]}}
+            },
+        }
+        self._post_db("/associations", {"associations": [change]})
+        # As with GrpTRESMins: 22.05 says success and may apply nothing; reading back tells.
+        if self.job_count_limits(account) != wanted:
+            raise SlurmRejected(
+                f"slurmrestd accepted GrpSubmitJobs/GrpJobs {count} for account {account!r} "
+                "but did not apply them: Slurm 22.05's REST API cannot change an account's "
+                "own association; use the cli backend or sacctmgr"
             )
 
     def gpu_minutes_used(self, account: str) -> int:

@@ -318,6 +318,18 @@ def gpu_minutes_limit(association: Json) -> int | None:
     return None
 
 
+def job_count_limits(association: Json) -> dict[str, int | None]:
+    """The association's GrpSubmitJobs and GrpJobs (None: no limit). dbv0.0.38 names
+    them ``max.jobs.per.submitted`` and ``max.jobs.per.count`` (its ``max.jobs.total``
+    is MaxSubmitJobs)."""
+    per = ((association.get("max") or {}).get("jobs") or {}).get("per") or {}
+    submitted, count = per.get("submitted"), per.get("count")
+    return {
+        "GrpSubmitJobs": None if submitted is None else int(submitted),
+        "GrpJobs": None if count is None else int(count),
+    }
+
+
 def job_description(request: SubmitRequest) -> Json:
     """The ``job`` object of ``POST /slurm/{v}/job/submit``.
 

@@ -64,6 +64,15 @@ _ALIASES = {
 }
 
 
+# How a job that never started can end, in the codes sacct's --state takes. A read of a
+# time window without --state (sacct's or slurmdbd's REST) leaves out a job that never
+# became eligible — one cancelled while it waited on a dependency, a hold or a begin
+# time — so accounting reads these states a second time for such jobs. Not every state
+# named in one read instead: 22.05 refuses some (CF, CG: "not supported / accounted"),
+# and a read naming states sometimes gives a job that just ended with no partition.
+UNSTARTED_END_STATES = ("CA", "DL")
+
+
 @functools.lru_cache(maxsize=256)
 def normalise_state(text: str) -> SlurmJobState:
     """``CANCELLED by 1000``, ``cancelled``, ``CA`` and ``["CANCELLED"]``-style names alike.

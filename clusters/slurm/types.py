@@ -100,6 +100,20 @@ class StartEstimate:
     nodes: str
 
 
+def with_unstarted_ends(
+    entries: list[AccountingEntry], ended: list[AccountingEntry]
+) -> list[AccountingEntry]:
+    """``entries`` (a window's read) and those of ``ended`` (a read of the same window by
+    ``UNSTARTED_END_STATES``) that never ran and ``entries`` lacks. Never ran: no time
+    elapsed (Slurm gives some such jobs a start, equal to their end), so they cost
+    nothing whatever their record lacks. A job that ran and ended between the two reads
+    is left to the next read, whose first read has it whole."""
+    known = {entry.job_id for entry in entries}
+    return entries + [
+        entry for entry in ended if entry.job_id not in known and entry.elapsed_s == 0
+    ]
+
+
 def ids_with_comment(
     entries: list[QueueEntry] | list[AccountingEntry], *, comment: str, user: str, account: str
 ) -> list[int]:

@@ -177,3 +177,133 @@ def test_the_beat_task_keeps_each_clusters_last_report_with_its_time(project, de
     again = ReconcileReport.objects.get(cluster=dev_cluster)
     assert again.ran_at > first.ran_at
     assert [a for a in again.actions if a["account"] == account] == []
+
+
+# A project without an active allocation: new work blocked, running work goes on.
+
+
+def sbatch_as(user: str, account: str, *extra: str) -> subprocess.CompletedProcess:
+    """Plain sbatch on a login node, outside the portal."""
+    return subprocess.run(
+        ["runuser", "-u", user, "--", "sbatch", "--parsable", f"--account={account}",
+         "--partition=debug", "--time=5", "--chdir=/tmp", "--output=/dev/null", *extra],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+
+def queued(slurm_job_id: str) -> tuple[str, str]:
+    """(state, reason) of a job in the queue."""
+    shown = subprocess.run(
+        ["squeue", "--noheader", "--jobs", slurm_job_id, "--format=%T|%r"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    state, _, reason = shown.partition("|")
+    return state, reason
+
+
+def job_limits(account: str) -> str:
+    """GrpSubmitJobs|GrpJobs of the account's own association, as sacctmgr shows them."""
+    lines = subprocess.run(
+        ["sacctmgr", "--noheader", "--parsable2", "show", "assoc", "where",
+         f"account={account}", f"cluster={DEV_CLUSTER}", "format=User,GrpSubmitJobs,GrpJobs"],
+        capture_output=True, text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    return next(line.split("|", 1)[1] for line in lines if line.startswith("|"))
+
+
+@pytest.mark.slurm
+def test_an_expired_project_takes_no_new_work_but_lets_running_work_finish(project, dev_cluster):
+    from accounts.ledger import allocation_expire
+    from tests.factories import wait_for
+
+    account = project.slurm_account
+    reconcile(cluster=dev_cluster)
+    running = sbatch_as("alice", account, "--wrap=sleep 120")
+    assert running.returncode == 0, running.stderr
+    running_id = running.stdout.strip().split(";")[0]
+    wait_for(lambda: queued(running_id)[0] == "RUNNING", timeout_s=60, what="the job to run")
+    later = sbatch_as("alice", account, "--begin=now+5", "--wrap=sleep 1")
+    assert later.returncode == 0, later.stderr
+    later_id = later.stdout.strip().split(";")[0]
+
+    allocation_expire(allocation=project.allocations.get())
+    report = reconcile(cluster=dev_cluster)
+    assert only(report, project) == [f"{account}: block new work"]
+    assert job_limits(account) == "0|0"
+    refused = sbatch_as("alice", account, "--wrap=true")
+    assert refused.returncode != 0
+    assert "AssocGrpSubmitJobsLimit" in refused.stderr
+    # The job already queued does not start; the one running goes on.
+    wait_for(
+        lambda: queued(later_id) == ("PENDING", "AssocGrpJobsLimit"),
+        timeout_s=60,
+        what="the queued job to wait for the account's limit",
+    )
+    assert queued(running_id)[0] == "RUNNING"
+    assert only(reconcile(cluster=dev_cluster), project) == []  # a rerun changes nothing
+
+    # A new allocation lifts the block.
+    allocation_grant(
+        project=project,
+        cluster=dev_cluster,
+        gpu_hours=5,
+        starts_on=TODAY,
+        ends_on=TODAY + dt.timedelta(days=30),
+        actor=None,
+        reason="renewed",
+    )
+    report = reconcile(cluster=dev_cluster)
+    assert f"{account}: unblock new work" in only(report, project)
+    assert job_limits(account) == "|"
+    accepted = sbatch_as("alice", account, "--wrap=true")
+    assert accepted.returncode == 0, accepted.stderr
+    wait_for(
+        lambda: queued(later_id)[1] != "AssocGrpJobsLimit",
+        timeout_s=60,
+        what="the queued job to be free to start",
+    )
+    assert queued(running_id)[0] == "RUNNING"
+    subprocess.run(["scancel", f"--account={account}"], capture_output=True, check=False)
+
+
+def site_caps_running_jobs(account: str, count: int) -> None:
+    subprocess.run(
+        ["sacctmgr", "-i", "modify", "account", "where", f"name={account}",
+         f"cluster={DEV_CLUSTER}", "set", f"GrpJobs={count}"],
+        capture_output=True, check=True,
+    )  # fmt: skip
+
+
+@pytest.mark.slurm
+def test_a_revoked_allocation_blocks_new_work_too_and_a_lift_clears_only_the_zeros(
+    project, dev_cluster, manny
+):
+    from accounts.ledger import allocation_revoke
+
+    account = project.slurm_account
+    reconcile(cluster=dev_cluster)
+    site_caps_running_jobs(account, 4)
+    allocation_revoke(allocation=project.allocations.get(), actor=manny, reason="closed")
+    assert only(reconcile(cluster=dev_cluster, dry_run=True), project) == [
+        f"{account}: block new work"
+    ]
+    assert job_limits(account) == "|4"  # the dry run changed nothing
+    reconcile(cluster=dev_cluster)
+    assert job_limits(account) == "0|0"
+    # Someone raises the cap while the project has no allocation: the next run blocks again.
+    site_caps_running_jobs(account, 4)
+    assert only(reconcile(cluster=dev_cluster), project) == [f"{account}: block new work"]
+    assert job_limits(account) == "0|0"
+    site_caps_running_jobs(account, 4)
+    allocation_grant(
+        project=project,
+        cluster=dev_cluster,
+        gpu_hours=5,
+        starts_on=TODAY,
+        ends_on=TODAY + dt.timedelta(days=30),
+        actor=None,
+        reason="renewed",
+    )
+    # The lift clears the zero (sbatch is taken again) and keeps the value a site set.
+    assert f"{account}: unblock new work" in only(reconcile(cluster=dev_cluster), project)
+    assert job_limits(account) == "|4"

@@ -211,6 +211,20 @@ def test_cancel_ends_a_job_and_is_safe_to_repeat(client):
     client.cancel(job_id, user=USER)  # already ended: no error
 
 
+def test_a_job_cancelled_before_it_was_ever_eligible_is_accounted_as_cancelled(client):
+    running = client.submit(job(script="#!/bin/bash\nsleep 120\n"))
+    try:
+        waiting = client.submit(job(after_ok=(running,)))
+        entry = wait_for("the job to wait", lambda: queued(client, waiting), 30)
+        assert entry.reason == "Dependency"
+        client.cancel(waiting, user=USER)
+        ended = accounted(client, waiting)
+        assert ended.state == SlurmJobState.CANCELLED
+        assert (ended.elapsed_s, ended.allocated_gpus) == (0, 0)
+    finally:
+        client.cancel(running, user=USER)
+
+
 def test_cancelling_an_unknown_job_is_not_found(client):
     with pytest.raises(NotFound):
         client.cancel(99_999_999, user=USER)
@@ -409,3 +423,43 @@ def test_the_gpu_minutes_limit_reads_back(client):
     finally:
         client.set_gpu_minutes_limit(ACCOUNT, None)
     assert client.gpu_minutes_limit(ACCOUNT) is None
+
+
+def test_job_count_limits_read_back_and_blocking_refuses_sbatch(client):
+    # An account of its own: blocking the shared one would refuse other tests' jobs.
+    account = f"b{uuid.uuid4().hex[:10]}"
+    subprocess.run(
+        ["sacctmgr", "-i", "add", "account", account, f"cluster={DEV_CLUSTER}"],
+        capture_output=True, check=True,
+    )  # fmt: skip
+    subprocess.run(
+        ["sacctmgr", "-i", "add", "user", USER, f"account={account}", f"cluster={DEV_CLUSTER}"],
+        capture_output=True, check=True,
+    )  # fmt: skip
+    blocked = {"GrpSubmitJobs": 0, "GrpJobs": 0}
+    try:
+        assert client.job_count_limits(account) == {"GrpSubmitJobs": None, "GrpJobs": None}
+        if limits_supported(client):
+            client.set_job_count_limits(account, blocked)
+        else:
+            # As with GrpTRESMins: slurmrestd 22.05 says success and (usually) applies
+            # nothing; the adapter reads back and refuses plainly. sacctmgr blocks instead.
+            try:
+                client.set_job_count_limits(account, blocked)
+            except SlurmRejected as refused:
+                assert "22.05" in refused.message
+            subprocess.run(
+                ["sacctmgr", "-i", "modify", "account", "where", f"name={account}",
+                 f"cluster={DEV_CLUSTER}", "set", "GrpSubmitJobs=0", "GrpJobs=0"],
+                capture_output=True, check=True,
+            )  # fmt: skip
+        assert client.job_count_limits(account) == blocked
+        with pytest.raises(SlurmRejected, match=r"AssocGrpSubmitJobsLimit|job submit limit"):
+            client.submit(replace(job(), account=account))
+        if limits_supported(client):
+            client.set_job_count_limits(account, {"GrpSubmitJobs": None, "GrpJobs": 3})
+            assert client.job_count_limits(account) == {"GrpSubmitJobs": None, "GrpJobs": 3}
+    finally:
+        subprocess.run(["sacctmgr", "-i", "delete", "account", account], capture_output=True)
+    with pytest.raises(NotFound):
+        client.job_count_limits(account)
