@@ -78,12 +78,22 @@ class PreparedJob:
     spec: scripts.JobSpec
     dependencies: list[Job] = field(default_factory=list)
     array_tasks: int = 1
-    requested_gpu_seconds: int = 0
+    price: scripts.Price = field(
+        default_factory=lambda: scripts.Price(0, 0, Decimal(1), Decimal(0))
+    )
     rendered_script: str = ""
 
     @property
     def billing_weight(self) -> Decimal:
-        return self.partition.billing_weight
+        return self.price.billing_weight
+
+    @property
+    def cpu_hour_rate(self) -> Decimal:
+        return self.price.cpu_hour_rate
+
+    @property
+    def requested_gpu_seconds(self) -> int:
+        return self.price.total
 
 
 def templates_visible_to(user: User):
@@ -286,12 +296,16 @@ def job_prepare(*, user: User, request: JobRequest, submit_token: str = "") -> P
         spec=spec,
         dependencies=dependencies,
         array_tasks=array_tasks,
-        requested_gpu_seconds=scripts.cost_gpu_seconds(
+        price=scripts.requested_price(
             nodes=spec.nodes,
             gpus_per_node=spec.gpus_per_node,
+            cpus=scripts.cpus_per_task(
+                nodes=spec.nodes, gpus_per_node=spec.gpus_per_node, cpus_per_gpu=spec.cpus_per_gpu
+            ),
             time_limit_minutes=spec.time_limit_minutes,
             array_tasks=array_tasks,
             billing_weight=partition.billing_weight,
+            cpu_hour_rate=partition.cpu_hour_rate,
         ),
         rendered_script=scripts.render_script(spec),
     )

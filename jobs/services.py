@@ -26,6 +26,7 @@ from clusters.slurm import SlurmError, SlurmUnavailable, client_for
 from jobs.errors import JobInvalid
 from jobs.models import Job, JobEvent, JobTemplate
 from jobs.requests import JobRequest, PreparedJob, job_prepare
+from jobs.scripts import Price
 from jobs.states import TERMINAL_STATES, JobState
 from jobs.submission import pause, paused, submit_request_for
 
@@ -121,6 +122,7 @@ def job_create(*, user: User, request: JobRequest, idempotency_key: str = "") ->
                 submit_token=token,
                 idempotency_key=idempotency_key,
                 billing_weight=prepared.billing_weight,
+                cpu_hour_rate=prepared.cpu_hour_rate,
                 requested_gpu_seconds=prepared.requested_gpu_seconds,
             )
             if prepared.dependencies:
@@ -166,6 +168,24 @@ class Estimate:
     rendered_script: str
     # Why the cluster is not answering, as the workers' last probe found it; "" when it is.
     cluster_unreachable: str = ""
+    # The cost's two parts: GPU-hours at the billing weight plus CPU-hours at the CPU rate.
+    price: Price | None = None
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.price.gpu_seconds / 3600 if self.price else 0.0
+
+    @property
+    def cpu_hours(self) -> float:
+        return self.price.cpu_seconds / 3600 if self.price else 0.0
+
+    @property
+    def gpu_part_gpu_hours(self) -> float:
+        return float(self.price.gpu_part) / 3600 if self.price else 0.0
+
+    @property
+    def cpu_part_gpu_hours(self) -> float:
+        return float(self.price.cpu_part) / 3600 if self.price else 0.0
 
 
 def job_estimate(*, user: User, request: JobRequest) -> Estimate:
@@ -203,6 +223,7 @@ def job_estimate(*, user: User, request: JobRequest) -> Estimate:
         expected_start=expected_start,
         rendered_script=prepared.rendered_script,
         cluster_unreachable=unreachable,
+        price=prepared.price,
     )
 
 

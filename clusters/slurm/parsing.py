@@ -159,6 +159,15 @@ def parse_alloc_gpus(tres: str) -> int:
     return total if total is not None else typed
 
 
+def parse_alloc_cpus(tres: str) -> int:
+    """CPUs from ``AllocTRES`` like ``billing=1,cpu=4,gres/gpu=2,mem=1000M,node=1``."""
+    for item in tres.split(","):
+        name, _, count = item.partition("=")
+        if name == "cpu":
+            return int(count)
+    return 0
+
+
 def parse_exit_code(text: str) -> tuple[int | None, int | None]:
     """``ExitCode`` ``2:0`` → (2, 0); ``0:9`` → (0, 9) (killed by signal 9)."""
     value = _value(text)
@@ -241,6 +250,7 @@ def parse_sacct(text: str) -> list[AccountingEntry]:
                 exit_code=code,
                 signal=signal,
                 allocated_gpus=parse_alloc_gpus(alloc_tres),
+                allocated_cpus=parse_alloc_cpus(alloc_tres),
                 elapsed_s=int(elapsed or 0),
                 submitted_at=parse_slurm_time(submitted),
                 started_at=parse_slurm_time(started),

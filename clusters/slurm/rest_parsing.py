@@ -181,6 +181,14 @@ def allocated_gpus(tres: list[Json] | None) -> int:
     return total if total is not None else typed
 
 
+def allocated_cpus(tres: list[Json] | None) -> int:
+    """CPUs among allocated TRES like ``{"type": "cpu", "name": "", "count": 4}``."""
+    for item in tres or []:
+        if item.get("type") == "cpu":
+            return int(item.get("count") or 0)
+    return 0
+
+
 def accounting_exit_code(
     exit_code: Json | None, state: SlurmJobState
 ) -> tuple[int | None, int | None]:
@@ -246,6 +254,7 @@ def parse_accounting(payload: Json) -> list[AccountingEntry]:
             exit_code=code,
             signal=signal,
             allocated_gpus=allocated_gpus((job.get("tres") or {}).get("allocated")),
+            allocated_cpus=allocated_cpus((job.get("tres") or {}).get("allocated")),
             elapsed_s=int(times.get("elapsed") or 0),
             submitted_at=_time(times.get("submission")),
             started_at=_time(times.get("start")),
