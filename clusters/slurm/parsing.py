@@ -273,19 +273,24 @@ def parse_test_only(text: str) -> StartEstimate:
     return StartEstimate(starts_at=parse_slurm_time(match["at"]), nodes=match["nodes"])
 
 
-def parse_gpu_limit(grp_tres_mins: str) -> int | None:
-    """``GrpTRESMins`` like ``cpu=100,gres/gpu=6000`` → 6000; None when gres/gpu has none."""
+def parse_tres_limit(grp_tres_mins: str, tres: str) -> int | None:
+    """``GrpTRESMins`` like ``cpu=100,gres/gpu=6000`` and ``cpu`` → 100; None when absent."""
     for item in grp_tres_mins.split(","):
         name, _, value = item.partition("=")
-        if name == "gres/gpu":
+        if name == tres:
             return int(value)
     return None
 
 
-def parse_gpu_usage_minutes(grp_tres_raw: str) -> int:
-    """GPU-minutes from sshare's ``GrpTRESRaw`` like ``cpu=30,mem=30000,gres/gpu=12``."""
+def parse_tres_usage_minutes(grp_tres_raw: str, tres: str) -> int:
+    """Minutes of ``tres`` from sshare's ``GrpTRESRaw`` like ``cpu=30,gres/gpu=12``."""
     for item in grp_tres_raw.split(","):
         name, _, value = item.partition("=")
-        if name == "gres/gpu":
+        if name == tres:
             return int(float(value))
     return 0
+
+
+def parse_max_submit_jobs(text: str) -> int | None:
+    """sacctmgr's ``MaxSubmitJobs`` column: ``1000``, or empty when there is none."""
+    return int(text) if text.strip() else None

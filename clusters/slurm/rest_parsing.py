@@ -305,11 +305,31 @@ def parse_partitions(partitions: Json, nodes: Json) -> list[PartitionInfo]:
 
 def gpu_minutes_limit(association: Json) -> int | None:
     """The association's ``GrpTRESMins`` for ``gres/gpu`` (``max.tres.group.minutes``)."""
+    return tres_minutes_limit(association, GPU_TRES)
+
+
+def cpu_minutes_limit(association: Json) -> int | None:
+    """The association's ``GrpTRESMins`` for ``cpu`` (a TRES of type "cpu", no name)."""
+    return tres_minutes_limit(association, CPU_TRES)
+
+
+GPU_TRES = {"type": "gres", "name": "gpu"}
+CPU_TRES = {"type": "cpu", "name": ""}
+
+
+def tres_minutes_limit(association: Json, tres: Json) -> int | None:
     limits = (((association.get("max") or {}).get("tres") or {}).get("group") or {}).get("minutes")
     for item in limits or []:
-        if item.get("type") == "gres" and item.get("name") == "gpu":
+        if item.get("type") == tres["type"] and (item.get("name") or "") == tres["name"]:
             return int(item["count"])
     return None
+
+
+def max_submit_jobs(association: Json) -> int | None:
+    """The association's ``MaxSubmitJobs``: ``max.jobs.total`` in v0.0.38 (``max.jobs.per.
+    submitted`` is GrpSubmitJobs), as sacctmgr set them on the dev cluster."""
+    value = ((association.get("max") or {}).get("jobs") or {}).get("total")
+    return None if value is None else int(value)
 
 
 def job_description(request: SubmitRequest) -> Json:
