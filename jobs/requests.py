@@ -13,14 +13,15 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Q, Sum
 from django.utils.translation import gettext as _
 
 from accounts.models import Membership, Project, User
+from accounts.reconcile import max_submit_jobs_for
 from clusters.models import Cluster, Partition
 from jobs import paths, scripts
 from jobs.errors import JobInvalid
-from jobs.models import Job, JobTemplate
+from jobs.models import UNFINISHED_STATES, Job, JobTemplate
 from jobs.states import TERMINAL_STATES, JobState
 
 # Slurm's own defaults: one file per job, or per array task.
@@ -225,6 +226,42 @@ def home_of(posix_user: str) -> str:
         ) from None
 
 
+def _check_submit_limit(user: User, project: Project, cluster: Cluster, tasks: int) -> None:
+    """Refuse a job that Slurm's MaxSubmitJobs on the project's account would refuse, so
+    none is saved that can only end ``submit_failed``. Slurm counts every array task,
+    pending or running; the portal counts the user's unfinished jobs of the project on
+    the cluster (a partly finished array in full, so it may refuse a little early). Work
+    submitted outside the portal is not seen: Slurm stays the hard stop for it."""
+    limit = max_submit_jobs_for(project=project, cluster=cluster)
+    where = {"limit": limit, "tasks": tasks, "project": project.slug, "cluster": cluster.name}
+    if tasks > limit:
+        raise JobInvalid.one(
+            "array",
+            _(
+                "This array has %(tasks)s tasks, and Slurm counts each one: %(project)s lets "
+                "each user have at most %(limit)s jobs queued or running on %(cluster)s "
+                "(MaxSubmitJobs). Split it into arrays of at most %(limit)s tasks."
+            )
+            % where,
+        )
+    queued = (
+        Job.objects.filter(
+            owner=user, project=project, cluster=cluster, state__in=UNFINISHED_STATES
+        ).aggregate(tasks=Sum("array_tasks"))["tasks"]
+        or 0
+    )
+    if queued + tasks > limit:
+        raise JobInvalid.one(
+            "array" if tasks > 1 else "__all__",
+            _(
+                "You have %(queued)s jobs queued or running in %(project)s on %(cluster)s "
+                "(each array task counted) and this adds %(tasks)s; Slurm lets each user "
+                "have at most %(limit)s (MaxSubmitJobs). Wait for some to end, or cancel some."
+            )
+            % {**where, "queued": queued},
+        )
+
+
 def job_prepare(*, user: User, request: JobRequest, submit_token: str = "") -> PreparedJob:
     """Check a request against the user's projects and the partition's real limits,
     render its script and price it; raise JobInvalid naming each field to fix."""
@@ -286,6 +323,7 @@ def job_prepare(*, user: User, request: JobRequest, submit_token: str = "") -> P
         max_script_bytes=settings.JOB_MAX_SCRIPT_BYTES,
     )
     array_tasks = scripts.array_task_count(spec.array)
+    _check_submit_limit(user, project, cluster, array_tasks)
     return PreparedJob(
         owner=user,
         posix_user=posix_user,

@@ -3,6 +3,7 @@ refused with the fields to fix or the numbers of a quota, held and saved once.""
 
 import pytest
 from django.core.cache import cache
+from django.test import override_settings
 from redis.exceptions import RedisError
 
 from accounts.models import LedgerEntry
@@ -75,9 +76,10 @@ def test_the_201_is_the_job_as_its_page_shows_it_without_reading_it_back(
     client = api(alice)
     first = post(client, body).json()
     second = post(client, body).json()
-    # The caller, the project, cluster, partition and allocation, the dependencies, the
-    # job with its links, the hold and the first event; nothing read back to answer.
-    with django_assert_max_num_queries(15):
+    # The caller, the project, cluster, partition and allocation, the caller's queued jobs
+    # (MaxSubmitJobs), the dependencies, the job with its links, the hold and the first
+    # event; nothing read back to answer.
+    with django_assert_max_num_queries(16):
         response = post(client, {**body, "depends_on": [first["id"], second["id"]]})
     assert response.status_code == 201, response.json()
     created = response.json()
@@ -145,6 +147,43 @@ def test_a_job_over_budget_is_a_409_with_both_numbers(api, alice, project, body)
     assert error["available_gpu_hours"] == 10.0
     assert "12.24" in error["message"]
     assert not Job.objects.exists() and held_hours(project) == 0
+
+
+def test_an_array_over_max_submit_jobs_is_a_400_naming_the_limit_and_its_size(
+    api, alice, project, body
+):
+    # Slurm would refuse it (AssocMaxSubmitJobLimit): it could only end submit_failed.
+    client = api(alice)
+    with override_settings(SLURM_MAX_SUBMIT_JOBS=8):
+        response = post(client, {**body, "array": "0-9"})
+        estimate = client.post(
+            "/api/v1/jobs/estimate/", {**body, "array": "0-9"}, content_type="application/json"
+        )
+    assert response.status_code == estimate.status_code == 400
+    [message] = error_of(response)["fields"]["array"]
+    assert "10 tasks" in message and "at most 8 jobs" in message and "MaxSubmitJobs" in message
+    assert error_of(estimate)["fields"]["array"] == [message]
+    assert not Job.objects.exists() and held_hours(project) == 0
+
+
+def test_the_callers_unfinished_jobs_count_against_max_submit_jobs(api, alice, project, body):
+    client = api(alice)
+    small = {**body, "gpus_per_node": 1, "cpus_per_gpu": 1, "time_limit_minutes": 5}
+    with override_settings(SLURM_MAX_SUBMIT_JOBS=8):
+        first = post(client, {**small, "array": "0-5"})
+        assert first.status_code == 201
+        refused = post(client, {**small, "array": "0-2"})
+        assert refused.status_code == 400
+        [message] = error_of(refused)["fields"]["array"]
+        assert "You have 6 jobs queued or running" in message and "adds 3" in message
+        assert "at most 8" in message
+        assert post(client, {**small, "array": "0-1"}).status_code == 201  # 6 + 2 = 8
+        refused = post(client, small)  # a single job: the error is the form's own
+        assert "__all__" in error_of(refused)["fields"]
+        # An ended job no longer counts.
+        assert client.post(f"/api/v1/jobs/{first.json()['id']}/cancel/").status_code == 202
+        assert post(client, {**small, "array": "0-5"}).status_code == 201
+    assert Job.objects.filter(state="new").count() == 2
 
 
 def test_anonymous_cannot_create_jobs(anonymous, body):
