@@ -49,7 +49,7 @@ def contract_account(slurm_stack):
 def clear_limit() -> None:
     subprocess.run(
         ["sacctmgr", "-i", "modify", "account", "where", f"name={ACCOUNT}",
-         f"cluster={DEV_CLUSTER}", "set", "GrpTRESMins=gres/gpu=-1"],
+         f"cluster={DEV_CLUSTER}", "set", "GrpTRESMins=gres/gpu=-1,cpu=-1", "MaxSubmitJobs=-1"],
         capture_output=True, check=False,
     )  # fmt: skip
 
@@ -336,9 +336,46 @@ def test_a_gpu_minutes_limit_makes_an_over_budget_job_pend(client):
         client.set_gpu_minutes_limit(ACCOUNT, None)
 
 
+def test_a_cpu_minutes_limit_and_max_submit_jobs_are_set_read_and_removed(client):
+    if not limits_supported(client):
+        for change in (
+            lambda: client.set_cpu_minutes_limit(ACCOUNT, 7),
+            lambda: client.set_max_submit_jobs(ACCOUNT, 7),
+        ):
+            try:
+                change()
+            except SlurmRejected as refused:
+                assert "22.05" in refused.message
+            finally:
+                clear_limit()
+        with pytest.raises(SlurmRejected):
+            client.cpu_minutes_used(ACCOUNT)
+        return
+    try:
+        client.set_gpu_minutes_limit(ACCOUNT, 50)
+        client.set_cpu_minutes_limit(ACCOUNT, 7)
+        client.set_max_submit_jobs(ACCOUNT, 3)
+        # One TRES changes without the other; a repeat is no error.
+        assert (client.gpu_minutes_limit(ACCOUNT), client.cpu_minutes_limit(ACCOUNT)) == (50, 7)
+        client.set_cpu_minutes_limit(ACCOUNT, 7)
+        assert client.max_submit_jobs(ACCOUNT) == 3
+        assert client.cpu_minutes_used(ACCOUNT) >= 0
+        # Slurm counts each array task: four are one too many.
+        with pytest.raises(SlurmRejected, match="job submit limit"):
+            client.submit(job(array="0-3"))
+        client.set_cpu_minutes_limit(ACCOUNT, None)
+        client.set_max_submit_jobs(ACCOUNT, None)
+        assert (client.cpu_minutes_limit(ACCOUNT), client.max_submit_jobs(ACCOUNT)) == (None, None)
+        assert client.gpu_minutes_limit(ACCOUNT) == 50
+    finally:
+        clear_limit()
+
+
 def test_usage_of_an_unknown_account_is_not_found(client):
     with pytest.raises(NotFound):
         client.gpu_minutes_used("no-such-account")
+    with pytest.raises(NotFound):
+        client.max_submit_jobs("no-such-account")
 
 
 @pytest.mark.parametrize("component", ["slurmctld"])
