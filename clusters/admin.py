@@ -1,5 +1,8 @@
+from typing import cast
+
 from django import forms
 from django.contrib import admin
+from django.db import models
 
 from clusters.models import Cluster, Partition
 from clusters.services import partition_set_billing_weight, partition_set_cpu_hour_rate
@@ -19,20 +22,23 @@ SYNCED_FIELDS = [
 ]
 
 
+INLINE_FIELDS = (
+    "name",
+    "is_up",
+    "max_time_minutes",
+    "gpus_per_node",
+    "gpu_type",
+    "billing_weight",
+    "cpu_hour_rate",
+)
+
+
 class PartitionInline(admin.TabularInline):
     model = Partition
     extra = 0
-    fields = [
-        "name",
-        "is_up",
-        "max_time_minutes",
-        "gpus_per_node",
-        "gpu_type",
-        "billing_weight",
-        "cpu_hour_rate",
-    ]
+    fields = INLINE_FIELDS
     # Prices are changed on the partition's own page, where a reason is asked.
-    readonly_fields = fields
+    readonly_fields = INLINE_FIELDS
     can_delete = False
     show_change_link = True
 
@@ -122,7 +128,10 @@ class PartitionAdmin(admin.ModelAdmin):
         changed = [name for name in PRICE_SERVICES if name in form.changed_data]
         if not changed:
             return super().construct_change_message(request, form, formsets, add)
-        places = {name: Partition._meta.get_field(name).decimal_places for name in changed}
+        places = {
+            name: cast(models.DecimalField, Partition._meta.get_field(name)).decimal_places
+            for name in changed
+        }
         changes = [
             f"{name.replace('_', ' ').capitalize()} {form.initial[name]:.{places[name]}f} → "
             f"{form.cleaned_data[name]:.{places[name]}f}"

@@ -3,10 +3,11 @@
 import logging
 import time
 from decimal import Decimal
+from typing import cast
 
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import transaction
+from django.db import models, transaction
 from django.utils import timezone
 
 from audit.models import AuditEvent
@@ -116,7 +117,7 @@ def _partition_set_price(
             .get(pk=partition.pk)
         )
         was = getattr(locked, field_name)
-        field = Partition._meta.get_field(field_name)
+        field = cast(models.DecimalField, Partition._meta.get_field(field_name))
         # Validated to the field's places first, so the quantize is exact.
         now = field.clean(value, locked).quantize(places)
         setattr(locked, field_name, now)

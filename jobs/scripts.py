@@ -532,7 +532,8 @@ class Price:
     @property
     def total(self) -> int:
         """The GPU-seconds held or charged."""
-        if min(self.gpu_seconds, self.cpu_seconds, self.billing_weight, self.cpu_hour_rate) < 0:
+        factors = (self.gpu_seconds, self.cpu_seconds, self.billing_weight, self.cpu_hour_rate)
+        if any(factor < 0 for factor in factors):
             raise ValueError("seconds, billing weights and CPU-hour rates cannot be negative")
         # Enough precision that the sum is exact before the one rounding.
         with localcontext(prec=60):
