@@ -204,7 +204,7 @@ def test_the_cpu_limit_follows_the_cheapest_cpu_rate(project, dev_cluster):
 def test_max_submit_jobs_is_set_drift_is_reported_and_members_inherit_it(project, dev_cluster):
     account = project.slurm_account
     with override_settings(SLURM_MAX_SUBMIT_JOBS=25):
-        reconcile(cluster=dev_cluster)
+        assert reconcile(cluster=dev_cluster).errors == []
     shown = subprocess.run(
         ["sacctmgr", "-nP", "show", "assoc", "where", f"account={account}",
          "format=User,MaxSubmitJobs"],
