@@ -2,10 +2,10 @@
 
 For each project with an active allocation on a cluster: its Slurm account
 exists, every member with a POSIX user has an association and nobody else
-does, and the account's ``GrpTRESMins=gres/gpu`` lets Slurm run what the
-portal accepted but stops work submitted outside the portal once the balance
-is spent. The limit is Slurm's own raw usage (which decays) plus what the
-portal still covers, recomputed every run; it is never read back into the
+does, and the account's ``GrpTRESMins=gres/gpu=G,cpu=C`` lets Slurm run what
+the portal accepted but stops work submitted outside the portal once the
+balance is spent. Each limit is Slurm's own raw usage (which decays) plus what
+the portal still covers, recomputed every run; it is never read back into the
 ledger. ``reconcile(..., dry_run=True)`` only reports.
 
 A project with no active allocation on a cluster (it expired, was revoked, or
@@ -13,6 +13,16 @@ the next one has not started) has its account's new work blocked
 (``plan_new_work``): Slurm refuses new submissions and starts none of the
 queued jobs, while running jobs go on to the end (lowering ``GrpTRESMins``
 instead would have Slurm kill them). An active allocation lifts the block.
+
+The portal charges a job its GPUs at the partition's billing weight plus its
+CPUs at the partition's CPU-hour rate; Slurm counts GPU and CPU minutes apart,
+so the balance becomes a ceiling on each: ``G`` as many GPU-minutes as it
+buys, ``C`` as many CPU-minutes. Neither can block a job the portal priced
+(its GPUs and its CPUs each cost at most the whole price), and work from
+outside the portal is bounded by the balance once on GPUs and once on CPUs,
+not free. The account's ``MaxSubmitJobs`` (inherited by each member's
+association; Slurm counts every array task) keeps a script from flooding
+slurmctld; the portal refuses an array over it before it is saved.
 
 The portal changes only accounts it created (organization ``portal``). A
 project bound to an account that a site made by hand — someone else's budget,
@@ -28,12 +38,13 @@ import math
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from django.conf import settings
 from django.db.models import Min
 from django.utils import timezone
 
 from accounts.models import Allocation, Project, ReconcileReport
 from accounts.selectors import project_balance
-from clusters.models import Cluster
+from clusters.models import DEFAULT_CPU_HOUR_RATE, Cluster
 from clusters.slurm import NotFound, SlurmClient, SlurmError, client_for
 from clusters.slurm.types import PORTAL_ORGANIZATION
 
@@ -45,11 +56,11 @@ class NotThePortalsAccount(Exception):
 @dataclass(frozen=True)
 class Action:
     account: str
-    # "add account", "add user", "remove user", "set limit", "block new work",
-    # "unblock new work"
+    # "add account", "add user", "remove user", "set limit" (GPU minutes),
+    # "set cpu limit", "set max submit jobs", "block new work", "unblock new work"
     kind: str
     user: str = ""
-    minutes: int | None = None
+    minutes: int | None = None  # the new value of a limit ("set …"): minutes, or jobs
     was: int | None = None
     # "block/unblock new work": the GrpSubmitJobs and GrpJobs to set (None clears).
     job_limits: tuple[tuple[str, int | None], ...] = ()
@@ -57,6 +68,10 @@ class Action:
     def __str__(self) -> str:
         if self.kind == "set limit":
             return f"{self.account}: GrpTRESMins gres/gpu {self.was} → {self.minutes}"
+        if self.kind == "set cpu limit":
+            return f"{self.account}: GrpTRESMins cpu {self.was} → {self.minutes}"
+        if self.kind == "set max submit jobs":
+            return f"{self.account}: MaxSubmitJobs {self.was} → {self.minutes}"
         return f"{self.account}: {self.kind} {self.user}".rstrip()
 
 
@@ -80,6 +95,25 @@ def gpu_minutes_limit_for(
     """
     covered = max(covered_gpu_seconds, 0)
     return raw_used_minutes + math.ceil(covered / 60 / float(billing_weight))
+
+
+def cpu_minutes_limit_for(
+    *, raw_used_minutes: int, covered_gpu_seconds: int, cpu_hour_rate: Decimal
+) -> int:
+    """Slurm's CPU usage so far plus as many CPU-minutes as the portal still covers.
+
+    The cheapest partition's rate converts and the result is rounded up, so the limit
+    never blocks a job the portal took (its CPUs cost at most its whole price).
+    """
+    covered = max(covered_gpu_seconds, 0)
+    return raw_used_minutes + math.ceil(Decimal(covered) / 60 / cpu_hour_rate)
+
+
+def max_submit_jobs_for(*, project: Project, cluster: Cluster) -> int:
+    """The ``MaxSubmitJobs`` the project's account should have on the cluster: each of its
+    users may have this many jobs (every array task counts) pending or running in Slurm.
+    The portal checks a new job against the same number (jobs.requests)."""
+    return settings.SLURM_MAX_SUBMIT_JOBS
 
 
 def projects_to_reconcile(cluster: Cluster) -> list[Project]:
@@ -118,20 +152,35 @@ def _plan_project(client: SlurmClient, cluster: Cluster, project: Project) -> li
         present = set(client.account_users(account))
         raw_used = client.gpu_minutes_used(account)
         current = client.gpu_minutes_limit(account)
+        raw_cpu_used = client.cpu_minutes_used(account)
+        current_cpu = client.cpu_minutes_limit(account)
+        current_jobs = client.max_submit_jobs(account)
     except NotFound:
         actions.append(Action(account, "add account"))
         present, raw_used, current = set(), 0, None
+        raw_cpu_used, current_cpu, current_jobs = 0, None, None
     actions += [Action(account, "add user", user) for user in sorted(wanted - present)]
     actions += [Action(account, "remove user", user) for user in sorted(present - wanted)]
     balance = project_balance(project, cluster=cluster)
-    weight = cluster.partitions.aggregate(weight=Min("billing_weight"))["weight"] or Decimal(1)
+    covered = balance.available_gpu_seconds + balance.held_gpu_seconds
+    prices = cluster.partitions.aggregate(weight=Min("billing_weight"), rate=Min("cpu_hour_rate"))
     limit = gpu_minutes_limit_for(
         raw_used_minutes=raw_used,
-        covered_gpu_seconds=balance.available_gpu_seconds + balance.held_gpu_seconds,
-        billing_weight=weight,
+        covered_gpu_seconds=covered,
+        billing_weight=prices["weight"] or Decimal(1),
     )
     if limit != current:
         actions.append(Action(account, "set limit", minutes=limit, was=current))
+    cpu_limit = cpu_minutes_limit_for(
+        raw_used_minutes=raw_cpu_used,
+        covered_gpu_seconds=covered,
+        cpu_hour_rate=prices["rate"] or DEFAULT_CPU_HOUR_RATE,
+    )
+    if cpu_limit != current_cpu:
+        actions.append(Action(account, "set cpu limit", minutes=cpu_limit, was=current_cpu))
+    jobs = max_submit_jobs_for(project=project, cluster=cluster)
+    if jobs != current_jobs:
+        actions.append(Action(account, "set max submit jobs", minutes=jobs, was=current_jobs))
     actions += plan_new_work(client, account, allowed=True)
     return actions
 
@@ -202,6 +251,10 @@ def _apply(client: SlurmClient, project: Project, action: Action) -> None:
         client.set_gpu_minutes_limit(action.account, action.minutes)
     elif action.kind in ("block new work", "unblock new work"):
         client.set_job_count_limits(action.account, dict(action.job_limits))
+    elif action.kind == "set cpu limit":
+        client.set_cpu_minutes_limit(action.account, action.minutes)
+    elif action.kind == "set max submit jobs":
+        client.set_max_submit_jobs(action.account, action.minutes)
 
 
 def reconcile(*, cluster: Cluster, dry_run: bool = False) -> Report:

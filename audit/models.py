@@ -28,6 +28,7 @@ class AuditEvent(models.Model):
         MEMBERSHIP_CHANGE = "membership.change", _("Member's role changed")
         MEMBERSHIP_REMOVE = "membership.remove", _("Member removed")
         PARTITION_BILLING_WEIGHT = "partition.billing_weight", _("Billing weight changed")
+        PARTITION_CPU_HOUR_RATE = "partition.cpu_hour_rate", _("CPU-hour rate changed")
         JOB_CANCEL = "job.cancel", _("Job cancelled for its owner")
         JOB_HOLD = "job.hold", _("Job held for its owner")
         JOB_RELEASE = "job.release", _("Job released for its owner")

@@ -74,7 +74,9 @@ import django  # noqa: E402
 
 django.setup()
 
+from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
+from django.test import override_settings  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from accounts.ledger import allocation_grant  # noqa: E402
@@ -273,7 +275,14 @@ def main() -> None:
             workdir.parent.rmdir()
 
 
-def setup(account: str) -> tuple[Cluster, User]:
+def max_submit_jobs(args: argparse.Namespace) -> int:
+    """MaxSubmitJobs with room for every job the bench queues: Slurm's queue is cleared
+    between the runs, but with no beat syncing it the portal still counts each run's jobs
+    as unfinished, and it refuses a job that would pass the limit."""
+    return max(settings.SLURM_MAX_SUBMIT_JOBS, args.warmup + 2 * args.jobs)
+
+
+def setup(account: str, *, max_jobs: int) -> tuple[Cluster, User]:
     call_command("migrate", verbosity=0)
     cluster = cluster_register(name=DEV_CLUSTER)
     partitions_sync(cluster=cluster)
@@ -290,14 +299,16 @@ def setup(account: str) -> tuple[Cluster, User]:
         actor=None,
         reason="bench",
     )
-    report = reconcile(cluster=cluster)
+    with override_settings(SLURM_MAX_SUBMIT_JOBS=max_jobs):
+        report = reconcile(cluster=cluster)
     if report.errors:
         raise SystemExit(f"reconcile failed: {report.errors}")
     return cluster, user
 
 
 def run(args: argparse.Namespace, account: str, workdir: Path) -> None:
-    _, user = setup(account)
+    max_jobs = max_submit_jobs(args)
+    _, user = setup(account, max_jobs=max_jobs)
     request = JobRequest(
         project=account,
         partition=PARTITION,
@@ -328,6 +339,7 @@ def run(args: argparse.Namespace, account: str, workdir: Path) -> None:
                 log=WEB_LOG,
                 PORTAL_TASK_QUEUE=queue,
                 PORTAL_API_RATE="off",
+                PORTAL_SLURM_MAX_SUBMIT_JOBS=str(max_jobs),
             ) as (url, web),
             httpx.Client(
                 base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60

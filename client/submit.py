@@ -69,6 +69,7 @@ def cmd_estimate(args: argparse.Namespace, session: Session) -> int:
         pairs(
             [
                 ("cost", f"{hours(estimate['requested_gpu_hours'])} GPU-hours"),
+                *_cost_parts(estimate),
                 ("available", f"{hours(estimate['available_gpu_hours'])} GPU-hours"),
                 ("fits", "yes" if estimate["fits"] else "no: the project cannot cover it"),
                 ("expected start", when(start) if start else "unknown"),
@@ -79,3 +80,20 @@ def cmd_estimate(args: argparse.Namespace, session: Session) -> int:
         out()
         sys.stdout.write(estimate["rendered_script"])
     return Exit.OK
+
+
+def _cost_parts(estimate: dict[str, Any]) -> list[tuple[str, str]]:
+    """The cost's GPU and CPU parts, from a portal that reports them."""
+    if "cpu_hours" not in estimate:
+        return []
+
+    def part(value: float) -> str:
+        # A job's few CPU-seconds must not read as 0.00, i.e. free.
+        return "< 0.01" if 0 < value < 0.005 else hours(value)
+
+    return [
+        ("  GPUs", f"{hours(estimate['gpu_hours'])} GPU-hours x {estimate['billing_weight']} "
+                   f"= {part(estimate['gpu_part_gpu_hours'])}"),
+        ("  CPUs", f"{hours(estimate['cpu_hours'])} CPU-hours x {estimate['cpu_hour_rate']} "
+                   f"= {part(estimate['cpu_part_gpu_hours'])}"),
+    ]  # fmt: skip

@@ -1,8 +1,11 @@
+from typing import cast
+
 from django import forms
 from django.contrib import admin
+from django.db import models
 
 from clusters.models import Cluster, Partition
-from clusters.services import partition_set_billing_weight
+from clusters.services import partition_set_billing_weight, partition_set_cpu_hour_rate
 
 # Slurm's, overwritten by every sync (clusters.services.partitions_sync).
 SYNCED_FIELDS = [
@@ -19,19 +22,23 @@ SYNCED_FIELDS = [
 ]
 
 
+INLINE_FIELDS = (
+    "name",
+    "is_up",
+    "max_time_minutes",
+    "gpus_per_node",
+    "gpu_type",
+    "billing_weight",
+    "cpu_hour_rate",
+)
+
+
 class PartitionInline(admin.TabularInline):
     model = Partition
     extra = 0
-    fields = ["name", "is_up", "max_time_minutes", "gpus_per_node", "gpu_type", "billing_weight"]
-    # The weight is changed on the partition's own page, where a reason is asked.
-    readonly_fields = [
-        "name",
-        "is_up",
-        "max_time_minutes",
-        "gpus_per_node",
-        "gpu_type",
-        "billing_weight",
-    ]
+    fields = INLINE_FIELDS
+    # Prices are changed on the partition's own page, where a reason is asked.
+    readonly_fields = INLINE_FIELDS
     can_delete = False
     show_change_link = True
 
@@ -45,27 +52,39 @@ class ClusterAdmin(admin.ModelAdmin):
     inlines = [PartitionInline]
 
 
-class BillingWeightForm(forms.ModelForm):
+# The prices an allocation manager sets, each through its service (audited, with a reason).
+PRICE_SERVICES = {
+    "billing_weight": lambda partition, value, **kw: partition_set_billing_weight(
+        partition=partition, weight=value, **kw
+    ),
+    "cpu_hour_rate": lambda partition, value, **kw: partition_set_cpu_hour_rate(
+        partition=partition, rate=value, **kw
+    ),
+}
+
+
+class PricesForm(forms.ModelForm):
     reason = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 2}),
-        help_text="Why the weight changes; kept in the history with your name.",
+        help_text="Why the price changes; kept in the history with your name.",
     )
 
     class Meta:
         model = Partition
-        fields = ["billing_weight"]
+        fields = list(PRICE_SERVICES)
 
     def clean_reason(self) -> str:
         return self.cleaned_data["reason"].strip()
 
     def clean(self):
         cleaned = super().clean() or {}
-        if "billing_weight" in self.changed_data and not cleaned.get("reason"):
+        changed = [name for name in PRICE_SERVICES if name in self.changed_data]
+        if changed and not cleaned.get("reason"):
             self.add_error(
                 "reason",
-                "Say why the billing weight changes: it changes what every job on this "
-                "partition costs.",
+                f"Say why the {' and '.join(n.replace('_', ' ') for n in changed)} "
+                "changes: it changes what every job on this partition costs.",
             )
         return cleaned
 
@@ -82,29 +101,40 @@ class PartitionAdmin(admin.ModelAdmin):
         "gpu_type",
         "total_gpus",
         "billing_weight",
+        "cpu_hour_rate",
         "synced_at",
     ]
     list_filter = ["cluster", "is_up"]
     list_select_related = ["cluster"]
     search_fields = ["name"]
-    form = BillingWeightForm
-    fields = [*SYNCED_FIELDS, "billing_weight", "reason"]
+    form = PricesForm
+    fields = [*SYNCED_FIELDS, *PRICE_SERVICES, "reason"]
     readonly_fields = SYNCED_FIELDS
 
     def has_add_permission(self, request):
         return False  # partitions come from Slurm
 
     def save_model(self, request, obj, form, change):
-        if "billing_weight" in form.changed_data:
-            partition_set_billing_weight(
-                partition=obj,
-                weight=form.cleaned_data["billing_weight"],
-                actor=request.user,
-                reason=form.cleaned_data["reason"],
-            )
+        for name, service in PRICE_SERVICES.items():
+            if name in form.changed_data:
+                service(
+                    obj,
+                    form.cleaned_data[name],
+                    actor=request.user,
+                    reason=form.cleaned_data["reason"],
+                )
 
     def construct_change_message(self, request, form, formsets, add=False):
-        if "billing_weight" not in form.changed_data:
+        changed = [name for name in PRICE_SERVICES if name in form.changed_data]
+        if not changed:
             return super().construct_change_message(request, form, formsets, add)
-        was, now = form.initial["billing_weight"], form.cleaned_data["billing_weight"]
-        return f"Billing weight {was:.3f} → {now:.3f}: {form.cleaned_data['reason']}"
+        places = {
+            name: cast(models.DecimalField, Partition._meta.get_field(name)).decimal_places
+            for name in changed
+        }
+        changes = [
+            f"{name.replace('_', ' ').capitalize()} {form.initial[name]:.{places[name]}f} → "
+            f"{form.cleaned_data[name]:.{places[name]}f}"
+            for name in changed
+        ]
+        return f"{', '.join(changes)}: {form.cleaned_data['reason']}"

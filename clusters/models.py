@@ -4,6 +4,13 @@ from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+# An H200 GPU-hour is worth about a hundred core-hours (cloud list prices, and a node
+# of 8 GPUs has 100-200 cores), so one CPU for one hour costs 0.01 GPU-hours: a GPU
+# job's few CPUs barely change its price, a week on all 16 CPUs of the dev node costs
+# 27 GPU-hours. Never 0, so no job is free and Slurm's CPU limit has a finite size.
+DEFAULT_CPU_HOUR_RATE = Decimal("0.0100")
+MIN_CPU_HOUR_RATE = Decimal("0.0001")
+
 slurm_name_validator = RegexValidator(
     r"^[a-z][a-z0-9_-]{0,39}$",
     _("Use lower-case letters, digits, '-' and '_', starting with a letter (at most 40)."),
@@ -71,6 +78,15 @@ class Partition(models.Model):
         validators=[MinValueValidator(Decimal("0.001"))],
         help_text=_("GPU-hours charged per GPU per hour."),
     )
+    # No job is free: CPUs are charged too, in GPU-hours, so a CPU-only job (or a GPU
+    # job's CPUs) costs something and fits a balance like any other (issue 16).
+    cpu_hour_rate = models.DecimalField(
+        max_digits=7,
+        decimal_places=4,
+        default=DEFAULT_CPU_HOUR_RATE,
+        validators=[MinValueValidator(MIN_CPU_HOUR_RATE)],
+        help_text=_("GPU-hours charged per CPU per hour."),
+    )
     synced_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -81,6 +97,9 @@ class Partition(models.Model):
             ),
             models.CheckConstraint(
                 condition=models.Q(billing_weight__gt=0), name="partition_billing_weight_positive"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(cpu_hour_rate__gt=0), name="partition_cpu_hour_rate_positive"
             ),
         ]
 

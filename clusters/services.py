@@ -3,10 +3,11 @@
 import logging
 import time
 from decimal import Decimal
+from typing import cast
 
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import transaction
+from django.db import models, transaction
 from django.utils import timezone
 
 from audit.models import AuditEvent
@@ -67,30 +68,74 @@ def partition_set_billing_weight(
     """
     if not reason.strip():
         raise ValueError("Say why the billing weight changes: it changes what jobs cost.")
+    return _partition_set_price(
+        partition=partition,
+        field_name="billing_weight",
+        value=weight,
+        places=Decimal("0.001"),
+        action=AuditEvent.Action.PARTITION_BILLING_WEIGHT,
+        actor=actor,
+        reason=reason,
+    )
+
+
+def partition_set_cpu_hour_rate(
+    *, partition: Partition, rate: Decimal, actor: AbstractBaseUser, reason: str
+) -> Partition:
+    """Set the GPU-hours charged per CPU per hour on the partition; a reason is required.
+
+    Like the billing weight it prices jobs created from now on and outside work
+    ingested from now on; the reconciler's next run turns it into Slurm's CPU limit.
+    """
+    if not reason.strip():
+        raise ValueError("Say why the CPU-hour rate changes: it changes what jobs cost.")
+    return _partition_set_price(
+        partition=partition,
+        field_name="cpu_hour_rate",
+        value=rate,
+        places=Decimal("0.0001"),
+        action=AuditEvent.Action.PARTITION_CPU_HOUR_RATE,
+        actor=actor,
+        reason=reason,
+    )
+
+
+def _partition_set_price(
+    *,
+    partition: Partition,
+    field_name: str,
+    value: Decimal,
+    places: Decimal,
+    action: str,
+    actor: AbstractBaseUser,
+    reason: str,
+) -> Partition:
     with transaction.atomic():
         locked = (
             Partition.objects.select_for_update(of=("self",))
             .select_related("cluster")
             .get(pk=partition.pk)
         )
-        was = locked.billing_weight
-        field = Partition._meta.get_field("billing_weight")
-        # Validated to at most three places first, so the quantize is exact.
-        locked.billing_weight = field.clean(weight, locked).quantize(Decimal("0.001"))
-        if locked.billing_weight != was:
-            locked.save(update_fields=["billing_weight"])
+        was = getattr(locked, field_name)
+        field = cast(models.DecimalField, Partition._meta.get_field(field_name))
+        # Validated to the field's places first, so the quantize is exact.
+        now = field.clean(value, locked).quantize(places)
+        setattr(locked, field_name, now)
+        if now != was:
+            locked.save(update_fields=[field_name])
             audit_record(
                 actor=actor,
-                action=AuditEvent.Action.PARTITION_BILLING_WEIGHT,
+                action=action,
                 target=locked,
-                detail={"was": was, "now": locked.billing_weight, "reason": reason.strip()},
+                detail={"was": was, "now": now, "reason": reason.strip()},
             )
-    if locked.billing_weight != was:
+    if now != was:
         logger.info(
-            "partition %s: billing weight %s -> %s by %s: %s",
+            "partition %s: %s %s -> %s by %s: %s",
             locked,
+            field.verbose_name,
             was,
-            locked.billing_weight,
+            now,
             actor.get_username(),
             reason.strip(),
         )

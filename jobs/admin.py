@@ -152,7 +152,8 @@ class JobAdmin(ReadOnly):
 class AccountingRecordAdmin(ReadOnly):
     list_display = (
         "slurm_job_id", "cluster", "user", "account", "partition", "state",
-        "allocated_gpus", "elapsed_s", "charged_gpu_seconds", "charge_note", "ended_at",
+        "allocated_gpus", "allocated_cpus", "elapsed_s", "charged_gpu_seconds", "charge_note",
+        "ended_at",
     )  # fmt: skip
     list_filter = ("cluster", "state")
     search_fields = ("=slurm_job_id", "user", "account")

@@ -143,10 +143,18 @@ class JobSerializer(serializers.ModelSerializer):
     billing_weight = serializers.DecimalField(
         max_digits=6, decimal_places=3, coerce_to_string=False, read_only=True
     )
+    cpu_hour_rate = serializers.DecimalField(
+        max_digits=7,
+        decimal_places=4,
+        coerce_to_string=False,
+        read_only=True,
+        help_text="GPU-hours charged per CPU per hour, as when the job was made.",
+    )
     requested_gpu_hours = serializers.FloatField(
         read_only=True,
         help_text="Requested, and held from the balance until the job is charged: nodes x "
-        "GPUs per node x time limit x array tasks x the partition's billing weight.",
+        "GPUs per node x time limit x array tasks x the partition's billing weight, plus "
+        "its CPUs' hours x the CPU-hour rate.",
     )
     used_gpu_hours = serializers.FloatField(
         read_only=True, allow_null=True, help_text="Charged from accounting once the job ended."
@@ -165,6 +173,7 @@ class JobSerializer(serializers.ModelSerializer):
             "requested_gpu_hours",
             "used_gpu_hours",
             "billing_weight",
+            "cpu_hour_rate",
             "created_at",
             "submitted_at",
             "started_at",
@@ -266,7 +275,23 @@ def job_shown(job: Job) -> dict[str, Any]:
 
 
 class EstimateSerializer(serializers.Serializer):
-    requested_gpu_hours = serializers.FloatField()
+    requested_gpu_hours = serializers.FloatField(
+        help_text="The cost: gpu_part_gpu_hours + cpu_part_gpu_hours, rounded up to a second."
+    )
+    gpu_hours = serializers.FloatField(help_text="GPUs x time limit x array tasks.")
+    billing_weight = serializers.DecimalField(
+        source="price.billing_weight", max_digits=6, decimal_places=3, coerce_to_string=False
+    )
+    gpu_part_gpu_hours = serializers.FloatField(help_text="gpu_hours x billing_weight.")
+    cpu_hours = serializers.FloatField(help_text="CPUs x time limit x array tasks.")
+    cpu_hour_rate = serializers.DecimalField(
+        source="price.cpu_hour_rate",
+        max_digits=7,
+        decimal_places=4,
+        coerce_to_string=False,
+        help_text="GPU-hours charged per CPU per hour on the partition.",
+    )
+    cpu_part_gpu_hours = serializers.FloatField(help_text="cpu_hours x cpu_hour_rate.")
     available_gpu_hours = serializers.FloatField(help_text="Of the allocation that would pay.")
     fits = serializers.BooleanField(help_text="Whether the project can cover it now.")
     expected_start = serializers.DateTimeField(

@@ -1,6 +1,7 @@
 """Jobs, their templates and events, and the accounting records Slurm reports."""
 
 import uuid
+from decimal import Decimal
 
 from django.db import models
 from django.utils.translation import gettext_lazy as _
@@ -103,6 +104,11 @@ class Job(models.Model):
 
     # GPU-seconds: held at creation, used as charged from accounting.
     billing_weight = models.DecimalField(max_digits=6, decimal_places=3)
+    # The partition's rate when the job was made; 0 for jobs made before CPUs were charged.
+    # (A database default too, so rows written by SQL, as the benches do, need not name it.)
+    cpu_hour_rate = models.DecimalField(
+        max_digits=7, decimal_places=4, default=Decimal(0), db_default=Decimal(0)
+    )
     requested_gpu_seconds = models.BigIntegerField()
     used_gpu_seconds = models.BigIntegerField(null=True, blank=True)
 
@@ -210,6 +216,7 @@ class AccountingRecord(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     signal = models.IntegerField(null=True, blank=True)
     allocated_gpus = models.PositiveIntegerField(default=0)
+    allocated_cpus = models.PositiveIntegerField(default=0, db_default=0)
     elapsed_s = models.BigIntegerField(default=0)
     submitted_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)

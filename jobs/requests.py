@@ -13,17 +13,18 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Q, Sum
 from django.utils.translation import gettext as _
 
 from accounts.models import Project, User
 from accounts.permissions import membership_of
+from accounts.reconcile import max_submit_jobs_for
 from clusters.errors import NoSuchCluster
 from clusters.models import Cluster, Partition
 from clusters.selectors import cluster_named
 from jobs import paths, scripts
 from jobs.errors import JobInvalid
-from jobs.models import Job, JobTemplate
+from jobs.models import UNFINISHED_STATES, Job, JobTemplate
 from jobs.states import TERMINAL_STATES, JobState
 
 # Slurm's own defaults: one file per job, or per array task.
@@ -85,12 +86,22 @@ class PreparedJob:
     spec: scripts.JobSpec
     dependencies: list[Job] = field(default_factory=list)
     array_tasks: int = 1
-    requested_gpu_seconds: int = 0
+    price: scripts.Price = field(
+        default_factory=lambda: scripts.Price(0, 0, Decimal(1), Decimal(0))
+    )
     rendered_script: str = ""
 
     @property
     def billing_weight(self) -> Decimal:
-        return self.partition.billing_weight
+        return self.price.billing_weight
+
+    @property
+    def cpu_hour_rate(self) -> Decimal:
+        return self.price.cpu_hour_rate
+
+    @property
+    def requested_gpu_seconds(self) -> int:
+        return self.price.total
 
 
 def templates_visible_to(user: User):
@@ -211,6 +222,42 @@ def home_of(posix_user: str) -> str:
         ) from None
 
 
+def _check_submit_limit(user: User, project: Project, cluster: Cluster, tasks: int) -> None:
+    """Refuse a job that Slurm's MaxSubmitJobs on the project's account would refuse, so
+    none is saved that can only end ``submit_failed``. Slurm counts every array task,
+    pending or running; the portal counts the user's unfinished jobs of the project on
+    the cluster (a partly finished array in full, so it may refuse a little early). Work
+    submitted outside the portal is not seen: Slurm stays the hard stop for it."""
+    limit = max_submit_jobs_for(project=project, cluster=cluster)
+    where = {"limit": limit, "tasks": tasks, "project": project.slug, "cluster": cluster.name}
+    if tasks > limit:
+        raise JobInvalid.one(
+            "array",
+            _(
+                "This array has %(tasks)s tasks, and Slurm counts each one: %(project)s lets "
+                "each user have at most %(limit)s jobs queued or running on %(cluster)s "
+                "(MaxSubmitJobs). Split it into arrays of at most %(limit)s tasks."
+            )
+            % where,
+        )
+    queued = (
+        Job.objects.filter(
+            owner=user, project=project, cluster=cluster, state__in=UNFINISHED_STATES
+        ).aggregate(tasks=Sum("array_tasks"))["tasks"]
+        or 0
+    )
+    if queued + tasks > limit:
+        raise JobInvalid.one(
+            "array" if tasks > 1 else "__all__",
+            _(
+                "You have %(queued)s jobs queued or running in %(project)s on %(cluster)s "
+                "(each array task counted) and this adds %(tasks)s; Slurm lets each user "
+                "have at most %(limit)s (MaxSubmitJobs). Wait for some to end, or cancel some."
+            )
+            % {**where, "queued": queued},
+        )
+
+
 def job_prepare(*, user: User, request: JobRequest, submit_token: str = "") -> PreparedJob:
     """Check a request against the user's projects and the partition's real limits,
     render its script and price it; raise JobInvalid naming each field to fix."""
@@ -272,6 +319,7 @@ def job_prepare(*, user: User, request: JobRequest, submit_token: str = "") -> P
         max_script_bytes=settings.JOB_MAX_SCRIPT_BYTES,
     )
     array_tasks = scripts.array_task_count(spec.array)
+    _check_submit_limit(user, project, cluster, array_tasks)
     return PreparedJob(
         owner=user,
         posix_user=posix_user,
@@ -282,12 +330,16 @@ def job_prepare(*, user: User, request: JobRequest, submit_token: str = "") -> P
         spec=spec,
         dependencies=dependencies,
         array_tasks=array_tasks,
-        requested_gpu_seconds=scripts.cost_gpu_seconds(
+        price=scripts.requested_price(
             nodes=spec.nodes,
             gpus_per_node=spec.gpus_per_node,
+            cpus=scripts.cpus_per_task(
+                nodes=spec.nodes, gpus_per_node=spec.gpus_per_node, cpus_per_gpu=spec.cpus_per_gpu
+            ),
             time_limit_minutes=spec.time_limit_minutes,
             array_tasks=array_tasks,
             billing_weight=partition.billing_weight,
+            cpu_hour_rate=partition.cpu_hour_rate,
         ),
         rendered_script=scripts.render_script(spec),
     )

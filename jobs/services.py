@@ -29,6 +29,7 @@ from jobs.errors import JobInvalid
 from jobs.internals import remember_related
 from jobs.models import Job, JobEvent, JobTemplate
 from jobs.requests import TEMPLATE_DEFAULT_FIELDS, JobRequest, PreparedJob, job_prepare
+from jobs.scripts import Price
 from jobs.states import TERMINAL_STATES, JobState
 from jobs.submission import (
     ESTIMATE_PAUSE_S,
@@ -109,6 +110,7 @@ def job_create_or_find(
                 submit_token=token,
                 idempotency_key=idempotency_key,
                 billing_weight=prepared.billing_weight,
+                cpu_hour_rate=prepared.cpu_hour_rate,
                 requested_gpu_seconds=prepared.requested_gpu_seconds,
             )
             if prepared.dependencies:
@@ -155,6 +157,24 @@ class Estimate:
     rendered_script: str
     # Why the cluster is not answering, as the workers' last probe found it; "" when it is.
     cluster_unreachable: str = ""
+    # The cost's two parts: GPU-hours at the billing weight plus CPU-hours at the CPU rate.
+    price: Price | None = None
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.price.gpu_seconds / 3600 if self.price else 0.0
+
+    @property
+    def cpu_hours(self) -> float:
+        return self.price.cpu_seconds / 3600 if self.price else 0.0
+
+    @property
+    def gpu_part_gpu_hours(self) -> float:
+        return float(self.price.gpu_part) / 3600 if self.price else 0.0
+
+    @property
+    def cpu_part_gpu_hours(self) -> float:
+        return float(self.price.cpu_part) / 3600 if self.price else 0.0
 
 
 def job_estimate(*, user: User, request: JobRequest) -> Estimate:
@@ -191,6 +211,7 @@ def job_estimate(*, user: User, request: JobRequest) -> Estimate:
         expected_start=expected_start,
         rendered_script=prepared.rendered_script,
         cluster_unreachable=unreachable,
+        price=prepared.price,
     )
 
 

@@ -182,6 +182,7 @@ _RECORD_FIELDS = [
     "exit_code",
     "signal",
     "allocated_gpus",
+    "allocated_cpus",
     "elapsed_s",
     "submitted_at",
     "started_at",
@@ -266,6 +267,7 @@ def _upsert(cluster: Cluster, entries: list[AccountingEntry], jobs: dict[int, Jo
             exit_code=entry.exit_code,
             signal=entry.signal,
             allocated_gpus=entry.allocated_gpus,
+            allocated_cpus=entry.allocated_cpus,
             elapsed_s=entry.elapsed_s,
             submitted_at=entry.submitted_at,
             started_at=entry.started_at,
@@ -326,9 +328,11 @@ def _charge(
     job = record.job
     partition = job.partition if job else partitions.get(record.partition)
     weight = job.billing_weight if job else (partition.billing_weight if partition else None)
+    # A portal job pays the rate it was priced at; other work the partition's rate now.
+    cpu_rate = job.cpu_hour_rate if job else (partition.cpu_hour_rate if partition else None)
     allocation = _allocation_for(record, projects)
     with transaction.atomic():
-        if allocation is None or weight is None:
+        if allocation is None or weight is None or cpu_rate is None:
             note = (
                 f"not charged: account {record.account!r} is not a portal project"
                 if record.account not in projects
@@ -340,8 +344,10 @@ def _charge(
             return None
         gpu_seconds = scripts.charge_gpu_seconds(
             allocated_gpus=record.allocated_gpus,
+            allocated_cpus=record.allocated_cpus,
             elapsed_s=record.elapsed_s,
             billing_weight=weight,
+            cpu_hour_rate=cpu_rate,
         )
         ledger.ledger_charge(
             allocation=allocation,

@@ -458,6 +458,10 @@ SLURM_RUN_AS_PREFIX = env_str("PORTAL_SLURM_RUN_AS_PREFIX", "runuser -u {user} -
 SLURM_COMMAND_TIMEOUT_S = env_int("PORTAL_SLURM_COMMAND_TIMEOUT_S", 20, minimum=1)
 SLURM_HEALTH_TIMEOUT_S = env_int("PORTAL_SLURM_HEALTH_TIMEOUT_S", 5, minimum=1)
 SLURM_BIN_DIR = env_str("PORTAL_SLURM_BIN_DIR", "")
+# The reconciler sets each project account's MaxSubmitJobs to this (each member may have
+# this many jobs pending or running, every array task counting) so nobody floods
+# slurmctld from outside the portal; the portal refuses an array over it up front.
+SLURM_MAX_SUBMIT_JOBS = env_int("PORTAL_SLURM_MAX_SUBMIT_JOBS", 1000, minimum=1)
 
 LOGGING = {
     "version": 1,

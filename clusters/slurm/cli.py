@@ -28,12 +28,13 @@ from clusters.slurm.parsing import (
     SACCT_FORMAT,
     SINFO_PARTITION_FORMAT,
     SQUEUE_FORMAT,
-    parse_gpu_limit,
-    parse_gpu_usage_minutes,
+    parse_max_submit_jobs,
     parse_sacct,
     parse_sinfo_partitions,
     parse_squeue,
     parse_test_only,
+    parse_tres_limit,
+    parse_tres_usage_minutes,
 )
 from clusters.slurm.states import UNSTARTED_END_STATES
 from clusters.slurm.types import (
@@ -267,17 +268,25 @@ class CliClient:
         return True
 
     def _associations(self, account: str) -> list[list[str]]:
-        """(user, GrpTRESMins) rows under the account; the account's own row has no user."""
+        """(user, GrpTRESMins, MaxSubmitJobs) rows under the account; the account's own row
+        has no user."""
         lines = self._sacctmgr_lines(
             "show", "association", "where", f"cluster={self.cluster_name}",
-            f"account={account}", "format=User,GrpTRESMins",
+            f"account={account}", "format=User,GrpTRESMins,MaxSubmitJobs",
         )  # fmt: skip
         if not lines:
             raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
         return [line.split("|") for line in lines]
 
+    def _account_row(self, account: str) -> list[str]:
+        """The account's own association: (user "", GrpTRESMins, MaxSubmitJobs)."""
+        for row in self._associations(account):
+            if not row[0]:
+                return row
+        raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
+
     def account_users(self, account: str) -> list[str]:
-        return sorted(user for user, _ in self._associations(account) if user)
+        return sorted(row[0] for row in self._associations(account) if row[0])
 
     def remove_user_association(self, *, user: str, account: str) -> bool:
         cluster = f"cluster={self.cluster_name}"
@@ -302,13 +311,35 @@ class CliClient:
         return True
 
     def gpu_minutes_limit(self, account: str) -> int | None:
-        for user, limits in self._associations(account):
-            if not user:
-                return parse_gpu_limit(limits)
-        return None
+        return parse_tres_limit(self._account_row(account)[1], "gres/gpu")
 
     def set_gpu_minutes_limit(self, account: str, minutes: int | None) -> None:
         value = "-1" if minutes is None else str(int(minutes))
+        self._set_account_limit(account, f"GrpTRESMins=gres/gpu={value}")
+
+    def gpu_minutes_used(self, account: str) -> int:
+        return self._tres_minutes_used(account, "gres/gpu")
+
+    def cpu_minutes_limit(self, account: str) -> int | None:
+        return parse_tres_limit(self._account_row(account)[1], "cpu")
+
+    def set_cpu_minutes_limit(self, account: str, minutes: int | None) -> None:
+        value = "-1" if minutes is None else str(int(minutes))
+        self._set_account_limit(account, f"GrpTRESMins=cpu={value}")
+
+    def cpu_minutes_used(self, account: str) -> int:
+        return self._tres_minutes_used(account, "cpu")
+
+    def max_submit_jobs(self, account: str) -> int | None:
+        return parse_max_submit_jobs(self._account_row(account)[2])
+
+    def set_max_submit_jobs(self, account: str, jobs: int | None) -> None:
+        value = "-1" if jobs is None else str(int(jobs))
+        self._set_account_limit(account, f"MaxSubmitJobs={value}")
+
+    def _set_account_limit(self, account: str, setting: str) -> None:
+        """``sacctmgr modify account … set <setting>``: one limit of the account's own
+        association (a TRES in GrpTRESMins leaves the others as they are)."""
         if not self._sacctmgr_lines(
             "show", "association", "where", f"cluster={self.cluster_name}",
             f"account={account}", "format=Account",
@@ -317,7 +348,7 @@ class CliClient:
         try:
             self._run(
                 ["sacctmgr", "--immediate", "modify", "account", "where", f"name={account}",
-                 f"cluster={self.cluster_name}", "set", f"GrpTRESMins=gres/gpu={value}"]
+                 f"cluster={self.cluster_name}", "set", setting]
             )  # fmt: skip
         except SlurmRejected as exc:
             # sacctmgr exits 1 with "Nothing modified" when the limit is already set.
@@ -351,7 +382,7 @@ class CliClient:
                  f"cluster={self.cluster_name}", "set", *changes]
             )  # fmt: skip
 
-    def gpu_minutes_used(self, account: str) -> int:
+    def _tres_minutes_used(self, account: str, tres: str) -> int:
         result = self._run(
             ["sshare", "--noheader", "--parsable2", f"--accounts={account}",
              f"--clusters={self.cluster_name}", "--format=Account,User,GrpTRESRaw"]
@@ -359,5 +390,5 @@ class CliClient:
         for line in result.stdout.splitlines():
             fields = line.split("|")
             if len(fields) == 3 and fields[0].strip() == account and not fields[1]:
-                return parse_gpu_usage_minutes(fields[2])
+                return parse_tres_usage_minutes(fields[2], tres)
         raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")

@@ -167,6 +167,16 @@ def parse_alloc_gpus(tres: str) -> int:
 
 
 @reads_slurm_output
+def parse_alloc_cpus(tres: str) -> int:
+    """CPUs from ``AllocTRES`` like ``billing=1,cpu=4,gres/gpu=2,mem=1000M,node=1``."""
+    for item in tres.split(","):
+        name, _, count = item.partition("=")
+        if name == "cpu":
+            return int(count)
+    return 0
+
+
+@reads_slurm_output
 def parse_exit_code(text: str) -> tuple[int | None, int | None]:
     """``ExitCode`` ``2:0`` → (2, 0); ``0:9`` → (0, 9) (killed by signal 9)."""
     value = _value(text)
@@ -251,6 +261,7 @@ def parse_sacct(text: str) -> list[AccountingEntry]:
                 exit_code=code,
                 signal=signal,
                 allocated_gpus=parse_alloc_gpus(alloc_tres),
+                allocated_cpus=parse_alloc_cpus(alloc_tres),
                 elapsed_s=int(elapsed or 0),
                 submitted_at=parse_slurm_time(submitted),
                 started_at=parse_slurm_time(started),
@@ -275,20 +286,25 @@ def parse_test_only(text: str) -> StartEstimate:
 
 
 @reads_slurm_output
-def parse_gpu_limit(grp_tres_mins: str) -> int | None:
-    """``GrpTRESMins`` like ``cpu=100,gres/gpu=6000`` → 6000; None when gres/gpu has none."""
+def parse_tres_limit(grp_tres_mins: str, tres: str) -> int | None:
+    """``GrpTRESMins`` like ``cpu=100,gres/gpu=6000`` and ``cpu`` → 100; None when absent."""
     for item in grp_tres_mins.split(","):
         name, _, value = item.partition("=")
-        if name == "gres/gpu":
+        if name == tres:
             return int(value)
     return None
 
 
 @reads_slurm_output
-def parse_gpu_usage_minutes(grp_tres_raw: str) -> int:
-    """GPU-minutes from sshare's ``GrpTRESRaw`` like ``cpu=30,mem=30000,gres/gpu=12``."""
+def parse_tres_usage_minutes(grp_tres_raw: str, tres: str) -> int:
+    """Minutes of ``tres`` from sshare's ``GrpTRESRaw`` like ``cpu=30,gres/gpu=12``."""
     for item in grp_tres_raw.split(","):
         name, _, value = item.partition("=")
-        if name == "gres/gpu":
+        if name == tres:
             return int(float(value))
     return 0
+
+
+def parse_max_submit_jobs(text: str) -> int | None:
+    """sacctmgr's ``MaxSubmitJobs`` column: ``1000``, or empty when there is none."""
+    return int(text) if text.strip() else None

@@ -98,3 +98,19 @@ class SlurmClient(Protocol):
 
     def set_job_count_limits(self, account: str, limits: dict[str, int | None]) -> None:
         """Set the named ones of those limits on the account's association; None clears."""
+
+    def cpu_minutes_limit(self, account: str) -> int | None:
+        """The account's ``GrpTRESMins`` for ``cpu``; None when it has none."""
+
+    def set_cpu_minutes_limit(self, account: str, minutes: int | None) -> None:
+        """Set the account's ``GrpTRESMins=cpu=N`` (its GPU minutes stay); None removes it."""
+
+    def cpu_minutes_used(self, account: str) -> int:
+        """The account's raw CPU usage in CPU-minutes, as Slurm counts it against the limit."""
+
+    def max_submit_jobs(self, account: str) -> int | None:
+        """The account's own ``MaxSubmitJobs`` (each user association under it inherits it
+        unless set on its own; every array task counts); None when it has none."""
+
+    def set_max_submit_jobs(self, account: str, jobs: int | None) -> None:
+        """Set the account's ``MaxSubmitJobs``; None removes it."""

@@ -14,21 +14,26 @@ JSON, in ``rest_parsing``, tested on recorded answers.
 import datetime as dt
 import math
 import time
+from collections.abc import Callable
 
 import httpx
 
 from clusters.slurm.errors import NotFound, SlurmError, SlurmRejected, SlurmUnavailable
 from clusters.slurm.jwt import mint_token
 from clusters.slurm.rest_parsing import (
+    CPU_TRES,
+    GPU_TRES,
     NOTHING_FOUND,
     SUPPORTED_VERSIONS,
     Json,
+    cpu_minutes_limit,
     error_codes,
     error_for,
     error_list,
     gpu_minutes_limit,
     job_count_limits,
     job_description,
+    max_submit_jobs,
     newest_versions,
     parse_accounting,
     parse_partitions,
@@ -430,36 +435,73 @@ class RestClient:
             )
         return True
 
-    def gpu_minutes_limit(self, account: str) -> int | None:
+    def _account_association_of(self, account: str) -> Json:
         association = self._account_association(account)
         if association is None:
             raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
-        return gpu_minutes_limit(association)
+        return association
+
+    def gpu_minutes_limit(self, account: str) -> int | None:
+        return gpu_minutes_limit(self._account_association_of(account))
 
     def set_gpu_minutes_limit(self, account: str, minutes: int | None) -> None:
-        association = self._account_association(account)
-        if association is None:
-            raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
+        self._set_group_minutes(account, GPU_TRES, minutes, read=gpu_minutes_limit)
+
+    def cpu_minutes_limit(self, account: str) -> int | None:
+        return cpu_minutes_limit(self._account_association_of(account))
+
+    def set_cpu_minutes_limit(self, account: str, minutes: int | None) -> None:
+        self._set_group_minutes(account, CPU_TRES, minutes, read=cpu_minutes_limit)
+
+    def max_submit_jobs(self, account: str) -> int | None:
+        return max_submit_jobs(self._account_association_of(account))
+
+    def set_max_submit_jobs(self, account: str, jobs: int | None) -> None:
+        wanted = None if jobs is None else int(jobs)
+        self._set_account_limit(
+            account,
+            {"jobs": {"total": -1 if wanted is None else wanted}},
+            wanted=wanted,
+            read=max_submit_jobs,
+            shown=f"MaxSubmitJobs={-1 if wanted is None else wanted}",
+        )
+
+    def _set_group_minutes(
+        self, account: str, tres: Json, minutes: int | None, *, read: Callable[[Json], int | None]
+    ) -> None:
         wanted = None if minutes is None else int(minutes)
-        if gpu_minutes_limit(association) == wanted:
+        limit = {**tres, "count": -1 if wanted is None else wanted}
+        name = "/".join(part for part in (tres["type"], tres["name"]) if part)
+        self._set_account_limit(
+            account,
+            {"tres": {"group": {"minutes": [limit]}}},
+            wanted=wanted,
+            read=read,
+            shown=f"GrpTRESMins={name}={limit['count']}",
+        )
+
+    def _set_account_limit(
+        self,
+        account: str,
+        limits: Json,
+        *,
+        wanted: int | None,
+        read: Callable[[Json], int | None],
+        shown: str,
+    ) -> None:
+        if read(self._account_association_of(account)) == wanted:
             return
-        limit = {"type": "gres", "name": "gpu", "count": -1 if wanted is None else wanted}
-        change = {
-            "account": account,
-            "cluster": self.cluster_name,
-            "user": "",
-            "max": {"tres": {"group": {"minutes": [limit]}}},
-        }
+        change = {"account": account, "cluster": self.cluster_name, "user": "", "max": limits}
         self._post_db("/associations", {"associations": [change]})
         # 22.05 answers a change of an account's own association with success
         # and applies nothing (it takes the change for a move to the same
         # parent), so only reading it back tells.
         applied = self._account_association(account)
-        if applied is None or gpu_minutes_limit(applied) != wanted:
+        if applied is None or read(applied) != wanted:
             raise SlurmRejected(
-                f"slurmrestd accepted GrpTRESMins=gres/gpu={limit['count']} for account "
-                f"{account!r} but did not apply it: Slurm 22.05's REST API cannot change an "
-                "account's own association; use the cli backend or sacctmgr"
+                f"slurmrestd accepted {shown} for account {account!r} but did not apply it: "
+                "Slurm 22.05's REST API cannot change an account's own association; use the "
+                "cli backend or sacctmgr"
             )
 
     def job_count_limits(self, account: str) -> dict[str, int | None]:
@@ -492,8 +534,13 @@ class RestClient:
             )
 
     def gpu_minutes_used(self, account: str) -> int:
-        if self._account_association(account) is None:
-            raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
+        return self._tres_minutes_used(account)
+
+    def cpu_minutes_used(self, account: str) -> int:
+        return self._tres_minutes_used(account)
+
+    def _tres_minutes_used(self, account: str) -> int:
+        self._account_association_of(account)
         raise SlurmRejected(
             "slurmrestd 22.05 does not expose an association's TRES usage (sshare's "
             "GrpTRESRaw): its associations carry no usage and it has no shares endpoint; "

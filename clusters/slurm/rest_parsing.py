@@ -191,6 +191,15 @@ def allocated_gpus(tres: list[Json] | None) -> int:
 
 
 @reads_slurm_output
+def allocated_cpus(tres: list[Json] | None) -> int:
+    """CPUs among allocated TRES like ``{"type": "cpu", "name": "", "count": 4}``."""
+    for item in tres or []:
+        if item.get("type") == "cpu":
+            return int(item.get("count") or 0)
+    return 0
+
+
+@reads_slurm_output
 def accounting_exit_code(
     exit_code: Json | None, state: SlurmJobState
 ) -> tuple[int | None, int | None]:
@@ -258,6 +267,7 @@ def parse_accounting(payload: Json) -> list[AccountingEntry]:
             exit_code=code,
             signal=signal,
             allocated_gpus=allocated_gpus((job.get("tres") or {}).get("allocated")),
+            allocated_cpus=allocated_cpus((job.get("tres") or {}).get("allocated")),
             elapsed_s=int(times.get("elapsed") or 0),
             submitted_at=_time(times.get("submission")),
             started_at=_time(times.get("start")),
@@ -311,13 +321,29 @@ def parse_partitions(partitions: Json, nodes: Json) -> list[PartitionInfo]:
 @reads_slurm_output
 def gpu_minutes_limit(association: Json) -> int | None:
     """The association's ``GrpTRESMins`` for ``gres/gpu`` (``max.tres.group.minutes``)."""
+    return tres_minutes_limit(association, GPU_TRES)
+
+
+@reads_slurm_output
+def cpu_minutes_limit(association: Json) -> int | None:
+    """The association's ``GrpTRESMins`` for ``cpu`` (a TRES of type "cpu", no name)."""
+    return tres_minutes_limit(association, CPU_TRES)
+
+
+GPU_TRES = {"type": "gres", "name": "gpu"}
+CPU_TRES = {"type": "cpu", "name": ""}
+
+
+@reads_slurm_output
+def tres_minutes_limit(association: Json, tres: Json) -> int | None:
     limits = (((association.get("max") or {}).get("tres") or {}).get("group") or {}).get("minutes")
     for item in limits or []:
-        if item.get("type") == "gres" and item.get("name") == "gpu":
+        if item.get("type") == tres["type"] and (item.get("name") or "") == tres["name"]:
             return int(item["count"])
     return None
 
 
+@reads_slurm_output
 def job_count_limits(association: Json) -> dict[str, int | None]:
     """The association's GrpSubmitJobs and GrpJobs (None: no limit). dbv0.0.38 names
     them ``max.jobs.per.submitted`` and ``max.jobs.per.count`` (its ``max.jobs.total``
@@ -328,6 +354,14 @@ def job_count_limits(association: Json) -> dict[str, int | None]:
         "GrpSubmitJobs": None if submitted is None else int(submitted),
         "GrpJobs": None if count is None else int(count),
     }
+
+
+@reads_slurm_output
+def max_submit_jobs(association: Json) -> int | None:
+    """The association's ``MaxSubmitJobs``: ``max.jobs.total`` in v0.0.38 (``max.jobs.per.
+    submitted`` is GrpSubmitJobs), as sacctmgr set them on the dev cluster."""
+    value = ((association.get("max") or {}).get("jobs") or {}).get("total")
+    return None if value is None else int(value)
 
 
 def job_description(request: SubmitRequest) -> Json:

@@ -90,6 +90,7 @@ class AccountingEntry(NamedTuple):
     started_at: dt.datetime | None
     ended_at: dt.datetime | None
     comment: str
+    allocated_cpus: int = 0  # from AllocTRES cpu; 0 if it never started
 
 
 @dataclass(frozen=True)

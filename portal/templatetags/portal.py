@@ -2,6 +2,7 @@
 with the absolute one on hover, job-state badges."""
 
 import datetime as dt
+from decimal import Decimal
 
 from django import template
 from django.contrib.humanize.templatetags.humanize import naturaltime
@@ -67,6 +68,18 @@ def minutes(value: int | None) -> str:
 @register.inclusion_tag("includes/state_badge.html")
 def state_badge(job) -> dict:
     return {"state": job.state, "label": job.get_state_display(), "reason": job.reason}
+
+
+@register.filter
+def price(value: Decimal | float | None) -> str:
+    """A billing weight or CPU-hour rate with the digits it has: 0.01, 2.5, 1 (a rate
+    stored as 0.0100 reads as what the manager typed)."""
+    if value is None:
+        return "—"
+    text = format(Decimal(value), "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return formats.number_format(Decimal(text))
 
 
 @register.filter

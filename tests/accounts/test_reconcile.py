@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from accounts.ledger import allocation_grant, ledger_charge, ledger_hold
 from accounts.models import Membership
-from accounts.reconcile import gpu_minutes_limit_for, reconcile
+from accounts.reconcile import cpu_minutes_limit_for, gpu_minutes_limit_for, reconcile
 from accounts.services import membership_set, project_create
 from clusters.models import Partition
 from clusters.slurm import client_for
@@ -40,6 +40,29 @@ def test_the_limit_is_usage_plus_what_the_portal_covers():
             raw_used_minutes=42, covered_gpu_seconds=-500, billing_weight=Decimal("1")
         )
         == 42
+    )
+
+
+def test_the_cpu_limit_is_usage_plus_the_cpu_minutes_the_portal_covers():
+    one_hour = 3600
+    assert (
+        cpu_minutes_limit_for(
+            raw_used_minutes=5, covered_gpu_seconds=one_hour, cpu_hour_rate=Decimal("0.01")
+        )
+        == 5 + 100 * 60
+    )
+    # Rounded up, never below what the portal covers.
+    assert (
+        cpu_minutes_limit_for(
+            raw_used_minutes=0, covered_gpu_seconds=1, cpu_hour_rate=Decimal("0.0300")
+        )
+        == 1
+    )
+    assert (
+        cpu_minutes_limit_for(
+            raw_used_minutes=7, covered_gpu_seconds=-60, cpu_hour_rate=Decimal("0.01")
+        )
+        == 7
     )
 
 
@@ -75,6 +98,9 @@ def test_it_creates_the_account_members_and_limit_and_a_rerun_changes_nothing(pr
         f"{account}: add user alice",
         f"{account}: add user bob",
         f"{account}: GrpTRESMins gres/gpu None → 600",
+        # 10 GPU-hours at 0.01 GPU-hours a CPU-hour buy 1000 CPU-hours.
+        f"{account}: GrpTRESMins cpu None → 60000",
+        f"{account}: MaxSubmitJobs None → 1000",
     ]
     client = client_for(dev_cluster)
     with pytest.raises(Exception, match="no account"):
@@ -84,6 +110,8 @@ def test_it_creates_the_account_members_and_limit_and_a_rerun_changes_nothing(pr
     assert only(report, project) == only(dry, project) and report.errors == []
     assert client.account_users(account) == ["alice", "bob"]
     assert client.gpu_minutes_limit(account) == 600
+    assert client.cpu_minutes_limit(account) == 60000
+    assert client.max_submit_jobs(account) == 1000
     assert only(reconcile(cluster=dev_cluster), project) == []
 
 
@@ -307,3 +335,42 @@ def test_a_revoked_allocation_blocks_new_work_too_and_a_lift_clears_only_the_zer
     # The lift clears the zero (sbatch is taken again) and keeps the value a site set.
     assert f"{account}: unblock new work" in only(reconcile(cluster=dev_cluster), project)
     assert job_limits(account) == "|4"
+
+
+def test_the_cpu_limit_follows_the_cheapest_cpu_rate(project, dev_cluster):
+    Partition.objects.filter(cluster=dev_cluster, name="debug").update(
+        cpu_hour_rate=Decimal("0.02")
+    )
+    Partition.objects.filter(cluster=dev_cluster).exclude(name="debug").update(
+        cpu_hour_rate=Decimal("0.05")
+    )
+    reconcile(cluster=dev_cluster)
+    # 10 GPU-hours at the cheapest rate, 0.02: 500 CPU-hours.
+    assert client_for(dev_cluster).cpu_minutes_limit(project.slurm_account) == 500 * 60
+
+
+@pytest.mark.slurm
+def test_max_submit_jobs_is_set_drift_is_reported_and_members_inherit_it(project, dev_cluster):
+    account = project.slurm_account
+    with override_settings(SLURM_MAX_SUBMIT_JOBS=25):
+        assert reconcile(cluster=dev_cluster).errors == []
+    shown = subprocess.run(
+        ["sacctmgr", "-nP", "show", "assoc", "where", f"account={account}",
+         "format=User,MaxSubmitJobs"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    # The account's own association and each member's, which inherits it.
+    assert set(shown) == {"|25", "alice|25", "bob|25"}
+    # Changed by hand in Slurm: the dry run reports it, the next run puts it back.
+    subprocess.run(
+        ["sacctmgr", "-i", "modify", "account", "where", f"name={account}", "set",
+         "MaxSubmitJobs=-1"],
+        capture_output=True, check=True,
+    )  # fmt: skip
+    with override_settings(SLURM_MAX_SUBMIT_JOBS=25):
+        assert only(reconcile(cluster=dev_cluster, dry_run=True), project) == [
+            f"{account}: MaxSubmitJobs None → 25"
+        ]
+        reconcile(cluster=dev_cluster)
+        assert only(reconcile(cluster=dev_cluster, dry_run=True), project) == []
+    assert client_for(dev_cluster).max_submit_jobs(account) == 25

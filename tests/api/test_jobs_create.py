@@ -3,6 +3,7 @@ refused with the fields to fix or the numbers of a quota, held and saved once.""
 
 import pytest
 from django.core.cache import cache
+from django.test import override_settings
 from redis.exceptions import RedisError
 
 from accounts.models import LedgerEntry
@@ -56,7 +57,8 @@ def test_it_creates_the_job_holds_its_hours_and_enqueues_it(
     assert set(job) >= JOB_FIELDS
     assert job["state"] == "new" and job["owner"] == "alice" and job["project"] == project.slug
     assert job["cluster"] == "portal-dev" and job["partition"] == "debug"
-    assert job["requested_gpu_hours"] == 1.0  # 2 GPUs for 30 minutes
+    # 2 GPUs for 30 minutes, and their 4 CPUs at 0.01 GPU-hours a CPU-hour.
+    assert job["requested_gpu_hours"] == 1.02
     assert job["environment"] == {"EPOCHS": "3"}
     assert job["nodes"] == 1 and job["depends_on"] == [] and job["template"] is None
     assert "#SBATCH --gpus-per-node=2" in job["rendered_script"]
@@ -64,7 +66,7 @@ def test_it_creates_the_job_holds_its_hours_and_enqueues_it(
     assert set(job["events"][0]) == {"at", "state", "detail"}
     saved = Job.objects.get(pk=job["id"])
     assert saved.owner == alice and saved.cpus_per_gpu == 2
-    assert held_hours(project) == 1.0
+    assert held_hours(project) == 1.02
     assert len(callbacks) == 1  # the submission, once the transaction commits
 
 
@@ -74,9 +76,10 @@ def test_the_201_is_the_job_as_its_page_shows_it_without_reading_it_back(
     client = api(alice)
     first = post(client, body).json()
     second = post(client, body).json()
-    # The caller, the project, cluster, partition and allocation, the dependencies, the
-    # job with its links, the hold and the first event; nothing read back to answer.
-    with django_assert_max_num_queries(15):
+    # The caller, the project, cluster, partition and allocation, the caller's queued jobs
+    # (MaxSubmitJobs), the dependencies, the job with its links, the hold and the first
+    # event; nothing read back to answer.
+    with django_assert_max_num_queries(16):
         response = post(client, {**body, "depends_on": [first["id"], second["id"]]})
     assert response.status_code == 201, response.json()
     created = response.json()
@@ -134,15 +137,53 @@ def test_an_outsider_cannot_charge_the_project(api, charlie, project, body):
 
 
 def test_a_job_over_budget_is_a_409_with_both_numbers(api, alice, project, body):
-    # 10 GPU-hours granted; 2 GPUs for 6 hours on gpu (7 days allowed) need 12.
+    # 10 GPU-hours granted; 2 GPUs (and 4 CPUs) for 6 hours on gpu (7 days allowed)
+    # need 12 + 0.24.
     response = post(api(alice), {**body, "partition": "gpu", "time_limit_minutes": 360})
     assert response.status_code == 409
     error = error_of(response)
     assert error["code"] == "quota_exceeded"
-    assert error["requested_gpu_hours"] == 12.0
+    assert error["requested_gpu_hours"] == 12.24
     assert error["available_gpu_hours"] == 10.0
-    assert "12.00" in error["message"]
+    assert "12.24" in error["message"]
     assert not Job.objects.exists() and held_hours(project) == 0
+
+
+def test_an_array_over_max_submit_jobs_is_a_400_naming_the_limit_and_its_size(
+    api, alice, project, body
+):
+    # Slurm would refuse it (AssocMaxSubmitJobLimit): it could only end submit_failed.
+    client = api(alice)
+    with override_settings(SLURM_MAX_SUBMIT_JOBS=8):
+        response = post(client, {**body, "array": "0-9"})
+        estimate = client.post(
+            "/api/v1/jobs/estimate/", {**body, "array": "0-9"}, content_type="application/json"
+        )
+    assert response.status_code == estimate.status_code == 400
+    [message] = error_of(response)["fields"]["array"]
+    assert "10 tasks" in message and "at most 8 jobs" in message and "MaxSubmitJobs" in message
+    assert error_of(estimate)["fields"]["array"] == [message]
+    assert not Job.objects.exists() and held_hours(project) == 0
+
+
+def test_the_callers_unfinished_jobs_count_against_max_submit_jobs(api, alice, project, body):
+    client = api(alice)
+    small = {**body, "gpus_per_node": 1, "cpus_per_gpu": 1, "time_limit_minutes": 5}
+    with override_settings(SLURM_MAX_SUBMIT_JOBS=8):
+        first = post(client, {**small, "array": "0-5"})
+        assert first.status_code == 201
+        refused = post(client, {**small, "array": "0-2"})
+        assert refused.status_code == 400
+        [message] = error_of(refused)["fields"]["array"]
+        assert "You have 6 jobs queued or running" in message and "adds 3" in message
+        assert "at most 8" in message
+        assert post(client, {**small, "array": "0-1"}).status_code == 201  # 6 + 2 = 8
+        refused = post(client, small)  # a single job: the error is the form's own
+        assert "__all__" in error_of(refused)["fields"]
+        # An ended job no longer counts.
+        assert client.post(f"/api/v1/jobs/{first.json()['id']}/cancel/").status_code == 202
+        assert post(client, {**small, "array": "0-5"}).status_code == 201
+    assert Job.objects.filter(state="new").count() == 2
 
 
 def test_anonymous_cannot_create_jobs(anonymous, body):
@@ -161,7 +202,7 @@ def test_a_repeat_with_the_same_key_and_body_returns_the_first_job_once(api, ali
     assert again["Idempotent-Replayed"] == "true"
     assert Job.objects.count() == 1
     assert LedgerEntry.objects.filter(kind="hold").count() == 1
-    assert held_hours(project) == 1.0
+    assert held_hours(project) == 1.02
 
 
 def test_null_and_left_out_are_the_same_body(api, alice, project, body):
@@ -229,8 +270,19 @@ def test_the_estimate_prices_the_job_and_saves_nothing(api, alice, project, body
         "expected_start",
         "rendered_script",
         "cluster_unreachable",
+        "gpu_hours",
+        "billing_weight",
+        "gpu_part_gpu_hours",
+        "cpu_hours",
+        "cpu_hour_rate",
+        "cpu_part_gpu_hours",
     }
-    assert estimate["requested_gpu_hours"] == 1.0
+    assert estimate["requested_gpu_hours"] == 1.02
+    # The breakdown: 1 GPU-hour at weight 1, plus 2 CPU-hours (4 CPUs for 30 minutes) at 0.01.
+    assert (estimate["gpu_hours"], estimate["billing_weight"]) == (1.0, 1.0)
+    assert (estimate["cpu_hours"], estimate["cpu_hour_rate"]) == (2.0, 0.01)
+    assert estimate["gpu_part_gpu_hours"] == 1.0
+    assert estimate["cpu_part_gpu_hours"] == pytest.approx(0.02)
     assert estimate["available_gpu_hours"] == 10.0
     assert estimate["fits"] is True
     assert "echo hello" in estimate["rendered_script"]
@@ -242,7 +294,7 @@ def test_the_estimate_says_when_a_job_does_not_fit(api, alice, project, body):
     estimate = api(alice).post("/api/v1/jobs/estimate/", over, content_type="application/json")
     assert estimate.status_code == 200
     assert estimate.json()["fits"] is False
-    assert estimate.json()["requested_gpu_hours"] == 12.0
+    assert estimate.json()["requested_gpu_hours"] == 12.24
 
 
 def test_an_invalid_estimate_is_a_400(api, alice, project, body):

@@ -85,14 +85,15 @@ def test_a_script_submits_a_job_follows_it_to_the_end_and_reads_its_charge(
     listed = sgp("jobs", "--json", env=cli_env)
     assert [job["id"] for job in json.loads(listed.stdout)] == [job_id]
 
-    # Over budget: 2 GPUs for 10 hours need 20 GPU-hours; refused with both numbers.
+    # Over budget: 2 GPUs (and a CPU at 0.01) for 10 hours need 20.10 GPU-hours; refused
+    # with both numbers.
     projects = sgp("projects", "--json", env=cli_env)
     (balance,) = [p["balance"] for p in json.loads(projects.stdout) if p["slug"] == project.slug]
     assert 0 < balance["available_gpu_hours"] < 10
     too_big = sgp(*submit, "--partition", "gpu", "--gpus", "2", "--time", "10:00",
                   env=cli_env, stdin=SCRIPT)  # fmt: skip
     assert too_big.returncode == 5, too_big.stderr
-    assert "requested 20.00 GPU-hours" in too_big.stderr
+    assert "requested 20.10 GPU-hours" in too_big.stderr
     assert f"available {balance['available_gpu_hours']:.2f}" in too_big.stderr
     assert Job.objects.count() == 1
 

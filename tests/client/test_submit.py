@@ -175,6 +175,12 @@ ESTIMATE = {
     "fits": True,
     "expected_start": "2026-01-02T03:04:05Z",
     "rendered_script": "#!/bin/bash\n#SBATCH --gpus-per-node=1\necho hi\n",
+    "gpu_hours": 1.5,
+    "billing_weight": 1.0,
+    "gpu_part_gpu_hours": 1.5,
+    "cpu_hours": 0.25,
+    "cpu_hour_rate": 0.01,
+    "cpu_part_gpu_hours": 0.0025,
 }
 
 
@@ -183,6 +189,8 @@ def test_estimate_prints_cost_available_fits_and_start(sgp, portal):
     result = sgp("estimate", "--project", "vision", "--gpus", "1", "--show-script", portal=portal)
     assert result.code == 0, result.err
     assert "cost            1.50 GPU-hours" in result.out
+    assert "  GPUs          1.50 GPU-hours x 1.0 = 1.50" in result.out
+    assert "  CPUs          0.25 CPU-hours x 0.01 = < 0.01" in result.out
     assert "available       1,234.50 GPU-hours" in result.out
     assert "fits            yes" in result.out
     assert "expected start  2026-01-0" in result.out

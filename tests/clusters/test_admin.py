@@ -1,5 +1,5 @@
-"""Partitions in the console: Slurm's fields read-only, the billing weight through a
-service with a reason that the admin log keeps."""
+"""Partitions in the console: Slurm's fields read-only, the billing weight and the CPU-hour
+rate through services with a reason that the admin log keeps."""
 
 import logging
 from decimal import Decimal
@@ -29,7 +29,8 @@ def test_the_billing_weight_changes_through_the_service_and_the_log_says_why(
     client.force_login(manny)
     with caplog.at_level(logging.INFO, logger="clusters.services"):
         response = client.post(
-            url_of(partition), {"billing_weight": "2.5", "reason": " A100s cost more "}
+            url_of(partition),
+            {"billing_weight": "2.5", "cpu_hour_rate": "0.01", "reason": " A100s cost more "},
         )
     assert response.status_code == 302
     partition.refresh_from_db()
@@ -46,7 +47,9 @@ def test_the_billing_weight_changes_through_the_service_and_the_log_says_why(
 
 def test_a_new_billing_weight_without_a_reason_is_refused(client, manny, partition):
     client.force_login(manny)
-    response = client.post(url_of(partition), {"billing_weight": "2.5", "reason": "  "})
+    response = client.post(
+        url_of(partition), {"billing_weight": "2.5", "cpu_hour_rate": "0.01", "reason": "  "}
+    )
     assert response.status_code == 200
     assert b"Say why the billing weight changes" in response.content
     partition.refresh_from_db()
@@ -58,12 +61,53 @@ def test_slurms_fields_are_read_only(client, manny, partition):
     client.force_login(manny)
     page = client.get(url_of(partition)).content
     assert b'name="billing_weight"' in page and b'name="reason"' in page
+    assert b'name="cpu_hour_rate"' in page
     for field in [b"name", b"is_up", b"gpus_per_node", b"max_time_minutes", b"cluster"]:
         assert b'name="' + field + b'"' not in page
-    data = {"billing_weight": "1.000", "name": "hacked", "is_up": "", "gpus_per_node": "99"}
+    data = {
+        "billing_weight": "1.000",
+        "cpu_hour_rate": "0.0100",
+        "name": "hacked",
+        "is_up": "",
+        "gpus_per_node": "99",
+    }
     assert client.post(url_of(partition), data).status_code == 302
     partition.refresh_from_db()
     assert (partition.name, partition.is_up, partition.gpus_per_node) == ("gpu", True, 8)
+
+
+def test_the_cpu_hour_rate_changes_through_the_service_with_a_reason(
+    client, manny, partition, caplog
+):
+    client.force_login(manny)
+    refused = client.post(
+        url_of(partition), {"billing_weight": "1", "cpu_hour_rate": "0.02", "reason": ""}
+    )
+    assert refused.status_code == 200
+    assert b"Say why the cpu hour rate changes" in refused.content
+    with caplog.at_level(logging.INFO, logger="clusters.services"):
+        response = client.post(
+            url_of(partition),
+            {"billing_weight": "1", "cpu_hour_rate": "0.02", "reason": "new CPUs"},
+        )
+    assert response.status_code == 302
+    partition.refresh_from_db()
+    assert (partition.billing_weight, partition.cpu_hour_rate) == (Decimal(1), Decimal("0.02"))
+    entry = LogEntry.objects.get(object_id=str(partition.pk))
+    assert entry.get_change_message() == "Cpu hour rate 0.0100 → 0.0200: new CPUs"
+    assert caplog.messages == [
+        "partition portal-dev/gpu: cpu hour rate 0.0100 -> 0.0200 by manny: new CPUs"
+    ]
+
+
+def test_a_cpu_hour_rate_of_zero_is_refused_no_job_is_free(client, manny, partition):
+    client.force_login(manny)
+    response = client.post(
+        url_of(partition), {"billing_weight": "1", "cpu_hour_rate": "0", "reason": "free CPUs"}
+    )
+    assert response.status_code == 200
+    partition.refresh_from_db()
+    assert partition.cpu_hour_rate == Decimal("0.0100")
 
 
 def test_partitions_are_not_added_in_the_console(client, manny, partition):
@@ -75,10 +119,13 @@ def test_staff_who_may_only_view_partitions_cannot_change_the_weight(client, par
     sam = user_create(username="sam", password="pw-sam-12345", is_staff=True)
     sam.user_permissions.set(Permission.objects.filter(codename="view_partition"))
     client.force_login(sam)
-    response = client.post(url_of(partition), {"billing_weight": "9", "reason": "mine now"})
+    response = client.post(
+        url_of(partition), {"billing_weight": "9", "cpu_hour_rate": "1", "reason": "mine now"}
+    )
     assert response.status_code == 403
     partition.refresh_from_db()
     assert partition.billing_weight == Decimal("1.000")
+    assert partition.cpu_hour_rate == Decimal("0.0100")
 
 
 def test_the_cluster_page_shows_the_weights_without_editing_them(client, partition):
@@ -88,4 +135,5 @@ def test_the_cluster_page_shows_the_weights_without_editing_them(client, partiti
     client.force_login(root)
     page = client.get(f"/admin/clusters/cluster/{partition.cluster_id}/change/").content
     assert b'name="partitions-0-billing_weight"' not in page
+    assert b'name="partitions-0-cpu_hour_rate"' not in page
     assert url_of(partition).encode() in page  # the way to change it, with a reason

@@ -7,12 +7,16 @@ import pytest
 
 from clusters.slurm.cli import export_argument, sbatch_arguments
 from clusters.slurm.parsing import (
+    parse_alloc_cpus,
     parse_alloc_gpus,
     parse_array_id,
     parse_exit_code,
+    parse_max_submit_jobs,
     parse_sacct,
     parse_squeue,
     parse_test_only,
+    parse_tres_limit,
+    parse_tres_usage_minutes,
 )
 from clusters.slurm.states import SlurmJobState
 from clusters.slurm.types import SubmitRequest
@@ -46,6 +50,7 @@ def test_sacct_records_carry_gpus_exit_codes_and_times():
     jobs = {entry.job_id: entry for entry in parse_sacct(recorded("sacct.txt"))}
     assert jobs[76].state == SlurmJobState.COMPLETED
     assert jobs[76].allocated_gpus == 1 and jobs[76].elapsed_s == 1
+    assert jobs[76].allocated_cpus == 1
     assert jobs[77].ended_at is None and jobs[77].name == "pipe|name"
     assert jobs[79].state == SlurmJobState.REQUEUED
     assert (jobs[80].exit_code, jobs[80].signal) == (7, 0)
@@ -74,6 +79,23 @@ def test_a_newline_in_a_job_name_does_not_split_the_record():
 )
 def test_allocated_gpus_come_from_alloc_tres(text, expected):
     assert parse_alloc_gpus(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("billing=1,cpu=4,gres/gpu=2,mem=1000M,node=1", 4), ("", 0), ("gres/gpu=1", 0)],
+)
+def test_allocated_cpus_come_from_alloc_tres(text, expected):
+    assert parse_alloc_cpus(text) == expected
+
+
+def test_limits_read_from_sacctmgr_and_sshare():
+    assert parse_tres_limit("cpu=100,gres/gpu=6000", "cpu") == 100
+    assert parse_tres_limit("cpu=100,gres/gpu=6000", "gres/gpu") == 6000
+    assert parse_tres_limit("gres/gpu=6000", "cpu") is None
+    assert parse_tres_usage_minutes("cpu=30,mem=30000,gres/gpu=12", "cpu") == 30
+    assert parse_tres_usage_minutes("", "cpu") == 0
+    assert (parse_max_submit_jobs("1000"), parse_max_submit_jobs("")) == (1000, None)
 
 
 def test_array_ids_and_exit_codes():

@@ -49,7 +49,7 @@ def contract_account(slurm_stack):
 def clear_limit() -> None:
     subprocess.run(
         ["sacctmgr", "-i", "modify", "account", "where", f"name={ACCOUNT}",
-         f"cluster={DEV_CLUSTER}", "set", "GrpTRESMins=gres/gpu=-1"],
+         f"cluster={DEV_CLUSTER}", "set", "GrpTRESMins=gres/gpu=-1,cpu=-1", "MaxSubmitJobs=-1"],
         capture_output=True, check=False,
     )  # fmt: skip
 
@@ -350,9 +350,50 @@ def test_a_gpu_minutes_limit_makes_an_over_budget_job_pend(client):
         client.set_gpu_minutes_limit(ACCOUNT, None)
 
 
+def test_a_cpu_minutes_limit_and_max_submit_jobs_are_set_read_and_removed(client):
+    # An account of its own: slurmctld's copy of the shared one's associations can lag
+    # behind slurmdbd after the daemons were restarted, and other runs change its limits.
+    account = f"c{uuid.uuid4().hex[:10]}"
+    try:
+        client.ensure_account(account, description="contract test")
+        client.ensure_user_association(user=USER, account=account)
+        if not limits_supported(client):
+            for change in (
+                lambda: client.set_cpu_minutes_limit(account, 7),
+                lambda: client.set_max_submit_jobs(account, 7),
+            ):
+                try:
+                    change()
+                except SlurmRejected as refused:
+                    assert "22.05" in refused.message
+            with pytest.raises(SlurmRejected):
+                client.cpu_minutes_used(account)
+            return
+        client.set_gpu_minutes_limit(account, 50)
+        client.set_cpu_minutes_limit(account, 7)
+        client.set_max_submit_jobs(account, 3)
+        # One TRES changes without the other; a repeat is no error.
+        assert (client.gpu_minutes_limit(account), client.cpu_minutes_limit(account)) == (50, 7)
+        client.set_cpu_minutes_limit(account, 7)
+        assert client.max_submit_jobs(account) == 3
+        assert client.cpu_minutes_used(account) == 0
+        # Slurm counts each array task: four are one too many.
+        with pytest.raises(SlurmRejected, match="job submit limit"):
+            client.submit(job(account=account, array="0-3"))
+        client.set_cpu_minutes_limit(account, None)
+        client.set_max_submit_jobs(account, None)
+        assert (client.cpu_minutes_limit(account), client.max_submit_jobs(account)) == (None, None)
+        assert client.gpu_minutes_limit(account) == 50
+    finally:
+        subprocess.run(["scancel", f"--account={account}"], capture_output=True)
+        subprocess.run(["sacctmgr", "-i", "delete", "account", account], capture_output=True)
+
+
 def test_usage_of_an_unknown_account_is_not_found(client):
     with pytest.raises(NotFound):
         client.gpu_minutes_used("no-such-account")
+    with pytest.raises(NotFound):
+        client.max_submit_jobs("no-such-account")
 
 
 @pytest.mark.exclusive  # stops slurmctld, which every other test shares

@@ -7,6 +7,7 @@ something else, kept as a regression case.
 """
 
 import datetime as dt
+import functools
 import json
 
 from hypothesis import example, given, settings
@@ -52,8 +53,11 @@ TEXT_PARSERS = [
     parsing.parse_squeue,
     parsing.parse_sacct,
     parsing.parse_test_only,
-    parsing.parse_gpu_limit,
-    parsing.parse_gpu_usage_minutes,
+    parsing.parse_alloc_cpus,
+    functools.partial(parsing.parse_tres_limit, tres="gres/gpu"),
+    functools.partial(parsing.parse_tres_limit, tres="cpu"),
+    functools.partial(parsing.parse_tres_usage_minutes, tres="gres/gpu"),
+    functools.partial(parsing.parse_tres_usage_minutes, tres="cpu"),
 ]
 
 
@@ -186,6 +190,10 @@ REST_PARSERS = [
     rest_parsing.error_codes,
     rest_parsing.errors_message,
     rest_parsing.gpu_minutes_limit,
+    rest_parsing.cpu_minutes_limit,
+    rest_parsing.job_count_limits,
+    rest_parsing.max_submit_jobs,
+    lambda payload: rest_parsing.allocated_cpus(payload),
     rest_parsing.submitted_job_id,
     lambda payload: rest_parsing.error_for(payload, where="test"),
     lambda payload: rest_parsing.parse_partitions(payload, payload),

@@ -18,11 +18,13 @@ from clusters.slurm.rest import RestClient
 from clusters.slurm.rest_parsing import (
     accounting_exit_code,
     allocated_gpus,
+    cpu_minutes_limit,
     decode_wait_status,
     error_for,
     errors_message,
     gpu_minutes_limit,
     job_description,
+    max_submit_jobs,
     newest_versions,
     parse_accounting,
     parse_partitions,
@@ -204,6 +206,7 @@ def test_accounting_maps_jobs_gpus_comments_and_times():
     jobs = {entry.job_id: entry for entry in parse_accounting(recorded("accounting.json"))}
     running = jobs[1278]
     assert running.state == SlurmJobState.RUNNING and running.allocated_gpus == 2
+    assert running.allocated_cpus == 1
     assert running.ended_at is None and running.started_at == utc(1_796_217_324)
     assert running.comment == ""  # accounting stores the comment when the job ends
     completed = jobs[1285]
@@ -218,6 +221,7 @@ def test_accounting_maps_jobs_gpus_comments_and_times():
     assert jobs[1287].state == SlurmJobState.CANCELLED and jobs[1287].elapsed_s == 1
     assert jobs[1287].ended_at == utc(1_796_217_325)
     assert jobs[1279].allocated_gpus == 0 and jobs[1279].started_at is None
+    assert jobs[1279].allocated_cpus == 0
     assert jobs[1283].name == "café|na`me"  # slurmdbd stores '"' as '`'
 
 
@@ -359,6 +363,28 @@ def test_the_gpu_minutes_limit_of_an_association():
     associations = {a["user"]: a for a in recorded("associations.json")["associations"]}
     assert gpu_minutes_limit(associations["alice"]) == 77
     assert gpu_minutes_limit(associations[None]) is None
+    assert cpu_minutes_limit(associations["alice"]) is None
+    assert max_submit_jobs(associations["alice"]) is None
+
+
+def test_the_cpu_limit_and_max_submit_jobs_of_an_association():
+    # As slurmrestd 22.05 showed them after sacctmgr set GrpTRESMins=cpu=100,gres/gpu=50,
+    # MaxSubmitJobs=7 and GrpSubmitJobs=9 on an account.
+    association = {
+        "max": {
+            "jobs": {"per": {"submitted": 9}, "total": 7},
+            "tres": {
+                "group": {
+                    "minutes": [
+                        {"type": "cpu", "name": None, "id": 1, "count": 100},
+                        {"type": "gres", "name": "gpu", "id": 1001, "count": 50},
+                    ]
+                }
+            },
+        }
+    }
+    assert (cpu_minutes_limit(association), gpu_minutes_limit(association)) == (100, 50)
+    assert max_submit_jobs(association) == 7
 
 
 # --- the job description -----------------------------------------------------------------

@@ -1,6 +1,8 @@
 """job_create: checked, rendered, priced, held and saved in one transaction; submitted on commit."""
 
+import math
 import os
+from decimal import Decimal
 
 import pytest
 from django.test import override_settings
@@ -37,8 +39,9 @@ def test_it_saves_the_job_holds_its_hours_and_enqueues_it_on_commit(
     job.refresh_from_db()
     assert job.state == JobState.NEW
     assert job.owner == alice and job.project == project
-    # 1 node x 2 GPUs x 5 minutes x 4 tasks x weight 1.
-    assert job.requested_gpu_seconds == 2 * 5 * 60 * 4
+    # 1 node x 2 GPUs x 5 minutes x 4 tasks x weight 1, plus its one CPU at 0.01 a CPU-hour.
+    assert job.requested_gpu_seconds == 2 * 5 * 60 * 4 + 5 * 60 * 4 // 100
+    assert job.cpu_hour_rate == Decimal("0.01")
     assert held(project) == job.requested_gpu_seconds
     assert LedgerEntry.objects.get(kind="hold", reference=job.hold_reference).user == alice
     assert f"#SBATCH --account={project.slurm_account}" in job.rendered_script
@@ -61,7 +64,7 @@ def test_it_refuses_a_job_over_budget_and_holds_nothing(project, alice, workdir)
             user=alice,
             request=request_for(project, workdir, partition="gpu", time_limit_minutes=11 * 60),
         )
-    assert refusal.value.requested_gpu_hours == 11
+    assert refusal.value.requested_gpu_hours == 11.11  # and its CPU: 11 x 0.01
     assert refusal.value.available_gpu_hours == 10
     assert not Job.objects.exists()
     assert held(project) == 0
@@ -161,7 +164,8 @@ def test_a_template_gives_defaults_that_the_request_overrides(project, alice, wo
     assert job.partition.name == "debug" and job.gpus_per_node == 0
     assert job.time_limit_minutes == 7
     assert job.script == template.script
-    assert job.requested_gpu_seconds == 0
+    # No GPU, yet not free: one CPU for 7 minutes at 0.01 GPU-hours a CPU-hour.
+    assert job.requested_gpu_seconds == math.ceil(7 * 60 * 0.01) == 5
 
 
 def test_another_users_template_is_not_offered(project, alice, bob, workdir):
@@ -177,7 +181,10 @@ def test_an_estimate_has_the_cost_and_slurms_start_time_and_saves_nothing(
 ):
     project = make_project(members={alice: "pi"}, gpu_hours=10)
     estimate = job_estimate(user=alice, request=request_for(project, workdir, gpus_per_node=2))
-    assert estimate.requested_gpu_hours == pytest.approx(2 * 5 / 60)
+    assert estimate.requested_gpu_hours == pytest.approx(2 * 5 / 60 + 5 / 60 * 0.01, abs=1e-4)
+    assert (estimate.gpu_hours, estimate.cpu_hours) == pytest.approx((2 * 5 / 60, 5 / 60))
+    assert estimate.gpu_part_gpu_hours == pytest.approx(2 * 5 / 60)
+    assert estimate.cpu_part_gpu_hours == pytest.approx(5 / 60 * 0.01)
     assert estimate.available_gpu_hours == 10
     assert estimate.fits is True
     assert estimate.expected_start is not None

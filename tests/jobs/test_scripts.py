@@ -11,9 +11,10 @@ from jobs.scripts import (
     JobSpec,
     array_task_count,
     charge_gpu_seconds,
-    cost_gpu_seconds,
+    cpus_per_task,
     decode_script,
     render_script,
+    requested_price,
     validate_spec,
 )
 
@@ -281,14 +282,18 @@ def test_render_refuses_an_unvalidated_directive_value():
         render_script(spec(partition="gpu\n#SBATCH --qos=high"))
 
 
-def cost(nodes: int, gpus: int, minutes: int, tasks: int, weight: str) -> int:
-    return cost_gpu_seconds(
+def cost(
+    nodes: int, gpus: int, minutes: int, tasks: int, weight: str, cpus: int = 0, rate: str = "0"
+) -> int:
+    return requested_price(
         nodes=nodes,
         gpus_per_node=gpus,
+        cpus=cpus,
         time_limit_minutes=minutes,
         array_tasks=tasks,
         billing_weight=Decimal(weight),
-    )
+        cpu_hour_rate=Decimal(rate),
+    ).total
 
 
 def test_cost_multiplies_every_factor_and_rounds_up():
@@ -298,14 +303,35 @@ def test_cost_multiplies_every_factor_and_rounds_up():
     assert cost(1, 0, 60, 3, "2") == 0
 
 
+def test_cpus_are_charged_at_the_rate_beside_the_gpus():
+    # One GPU and 4 CPUs for an hour at 0.01: 3600 + 4 * 3600 * 0.01 GPU-seconds.
+    assert cost(1, 1, 60, 1, "1", cpus=4, rate="0.01") == 3600 + 144
+    # A CPU-only job is not free: 16 CPUs for a week, 10 tasks.
+    week = 7 * 24 * 60
+    assert cost(1, 0, week, 10, "1", cpus=16, rate="0.01") == 16 * week * 60 * 10 // 100
+    # One rounding, of the sum: 30 + 0.006 GPU-seconds.
+    assert cost(1, 1, 1, 1, "0.5", cpus=1, rate="0.0001") == 31
+    assert cost(1, 0, 1, 1, "1", cpus=1, rate="0.0001") == 1  # 0.006 still costs one
+
+
+def test_a_jobs_cpus_are_cpus_per_gpu_for_each_gpu_else_one_per_node():
+    assert cpus_per_task(nodes=2, gpus_per_node=4, cpus_per_gpu=8) == 64
+    assert cpus_per_task(nodes=2, gpus_per_node=4, cpus_per_gpu=None) == 2
+    assert cpus_per_task(nodes=3, gpus_per_node=0, cpus_per_gpu=None) == 3
+
+
 def test_cost_uses_the_array_task_count():
     assert cost(1, 2, 10, array_task_count("0-15:4"), "1") == 4 * 2 * 10 * 60
     assert cost(1, 2, 10, array_task_count(""), "1") == 2 * 10 * 60
 
 
-def charge(gpus: int, seconds: int, weight: str) -> int:
+def charge(gpus: int, seconds: int, weight: str, cpus: int = 0, rate: str = "0") -> int:
     return charge_gpu_seconds(
-        allocated_gpus=gpus, elapsed_s=seconds, billing_weight=Decimal(weight)
+        allocated_gpus=gpus,
+        allocated_cpus=cpus,
+        elapsed_s=seconds,
+        billing_weight=Decimal(weight),
+        cpu_hour_rate=Decimal(rate),
     )
 
 
@@ -315,3 +341,10 @@ def test_charge_is_allocated_gpus_times_elapsed_times_weight_rounded_up():
     assert charge(0, 100, "1") == 0
     with pytest.raises(ValueError):
         charge(1, 1, "-1")
+
+
+def test_charge_adds_the_allocated_cpus_at_the_rate():
+    assert charge(1, 3600, "1", cpus=16, rate="0.01") == 3600 + 576
+    assert charge(0, 3600, "1", cpus=2, rate="0.01") == 72  # a CPU-only job pays
+    with pytest.raises(ValueError):
+        charge(0, 1, "1", cpus=1, rate="-0.01")

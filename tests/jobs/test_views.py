@@ -1,6 +1,7 @@
 """The researcher's job pages, server-side: content, live partials, errors, scoping, queries."""
 
 import pytest
+from django.test import override_settings
 
 from jobs.models import Job
 from jobs.services import job_create
@@ -50,7 +51,34 @@ def test_the_preview_renders_the_script_and_cost_and_saves_nothing(client, alice
     html = response.content.decode()
     assert response.status_code == 200
     assert "#SBATCH --gpus-per-node=2" in html
-    assert "0.17 GPU-h" in html  # 2 GPUs x 5 minutes
+    assert "0.17 GPU-h" in html  # 2 GPUs x 5 minutes, and one CPU's 0.0008
+    # The breakdown: GPU-hours at the weight, plus CPU-hours at the partition's rate.
+    times = "\u00d7"
+    assert f"0.17 GPU-hours {times} 1 = 0.17 GPU-h, plus 0.08 CPU-hours {times} 0.01" in html
+    assert "one CPU for one hour 0.01 GPU-h" in html
+    assert not Job.objects.exists()
+
+
+def test_a_cpu_only_job_is_priced_not_free(client, alice, project, workdir):
+    client.force_login(alice)
+    data = form_data(project, workdir, gpus_per_node="0", time_limit_minutes="60", array="0-99")
+    html = client.post("/jobs/new/preview/", data).content.decode()
+    # 100 tasks of one CPU for an hour: 100 CPU-hours at 0.01.
+    assert "0 GPU-hours \u00d7 1 = 0 GPU-h, plus 100 CPU-hours \u00d7 0.01 = 1 GPU-h" in html
+    assert "<span data-cost>1 GPU-h</span>" in html
+
+
+def test_an_array_over_max_submit_jobs_is_an_error_beside_the_array_field(
+    client, alice, project, workdir
+):
+    client.force_login(alice)
+    with override_settings(SLURM_MAX_SUBMIT_JOBS=8):
+        preview = client.post("/jobs/new/preview/", form_data(project, workdir, array="0-9"))
+        submitted = client.post("/jobs/new/", form_data(project, workdir, array="0-9"))
+    html = preview.content.decode()
+    assert 'id="error-array"' in html and "This array has 10 tasks" in html
+    assert "at most 8 jobs" in html and "data-cost" not in html
+    assert submitted.status_code == 400 and "This array has 10 tasks" in submitted.content.decode()
     assert not Job.objects.exists()
 
 
@@ -83,7 +111,8 @@ def test_a_quota_refusal_says_both_numbers_and_links_to_the_request_form(
     )
     html = response.content.decode()
     assert response.status_code == 400
-    assert "12.00 GPU-hours" in html and "10.00 are available" in html
+    # 1 GPU and its CPU for 12 hours: 12 + 0.12 GPU-hours.
+    assert "12.12 GPU-hours" in html and "10.00 are available" in html
     assert f"/projects/{project.slug}/#request" in html
     assert not Job.objects.exists()
 
