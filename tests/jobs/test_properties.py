@@ -24,8 +24,8 @@ from jobs.scripts import (
     array_indices,
     array_task_count,
     charge_gpu_seconds,
-    cost_gpu_seconds,
     render_script,
+    requested_price,
     validate_spec,
 )
 from portal.templatetags.portal import gpu_hours, minutes
@@ -35,6 +35,8 @@ FAST = settings(max_examples=150, deadline=None)
 # Billing weights as the partition stores them: up to 999.999, three decimals.
 weights = st.integers(0, 999_999).map(lambda n: Decimal(n) / 1000)
 counts = st.integers(0, 10_000)
+# CPU-hour rates as the partition stores them: up to 999.9999, four decimals.
+rates = st.integers(0, 9_999_999).map(lambda n: Decimal(n) / 10_000)
 
 
 # --- pricing ----------------------------------------------------------------------------
@@ -42,54 +44,62 @@ counts = st.integers(0, 10_000)
 
 @FAST
 @given(
-    nodes=counts, gpus=st.integers(0, 64), time_limit=st.integers(0, MAX_TIME_MINUTES),
-    tasks=st.integers(1, MAX_ARRAY_TASKS), weight=weights,
+    nodes=counts, gpus=st.integers(0, 64), cpus=st.integers(0, 4096),
+    time_limit=st.integers(0, MAX_TIME_MINUTES), tasks=st.integers(1, MAX_ARRAY_TASKS),
+    weight=weights, rate=rates,
 )  # fmt: skip
-def test_a_job_costs_its_gpu_seconds_times_the_weight_rounded_up(
-    nodes, gpus, time_limit, tasks, weight
+def test_a_job_costs_its_gpu_and_cpu_seconds_at_their_prices_rounded_up(
+    nodes, gpus, cpus, time_limit, tasks, weight, rate
 ):
-    cost = cost_gpu_seconds(
-        nodes=nodes, gpus_per_node=gpus, time_limit_minutes=time_limit, array_tasks=tasks,
-        billing_weight=weight,
-    )  # fmt: skip
-    exact = Decimal(nodes * gpus * time_limit * 60 * tasks) * weight
+    def price(array_tasks: int) -> int:
+        return requested_price(
+            nodes=nodes, gpus_per_node=gpus, cpus=cpus, time_limit_minutes=time_limit,
+            array_tasks=array_tasks, billing_weight=weight, cpu_hour_rate=rate,
+        ).total  # fmt: skip
+
+    cost = price(tasks)
+    seconds = time_limit * 60 * tasks
+    exact = Decimal(nodes * gpus * seconds) * weight + Decimal(cpus * seconds) * rate
     assert isinstance(cost, int)
     assert cost == math.ceil(exact)
     assert 0 <= cost - exact < 1
     # An array costs its tasks together what each costs alone, up to the one rounding.
-    one = cost_gpu_seconds(
-        nodes=nodes, gpus_per_node=gpus, time_limit_minutes=time_limit, array_tasks=1,
-        billing_weight=weight,
-    )  # fmt: skip
+    one = price(1)
     assert tasks * one - tasks < cost <= tasks * one
 
 
 @FAST
 @given(
-    nodes=st.integers(1, 64), gpus=st.integers(0, 8), time_limit=st.integers(1, MAX_TIME_MINUTES),
-    elapsed_share=st.fractions(0, 1), weight=weights,
+    nodes=st.integers(1, 64), gpus=st.integers(0, 8), cpus=st.integers(0, 512),
+    time_limit=st.integers(1, MAX_TIME_MINUTES), elapsed_share=st.fractions(0, 1),
+    weight=weights, rate=rates,
 )  # fmt: skip
-def test_a_job_is_never_charged_more_than_it_held(nodes, gpus, time_limit, elapsed_share, weight):
-    held = cost_gpu_seconds(
-        nodes=nodes, gpus_per_node=gpus, time_limit_minutes=time_limit, array_tasks=1,
-        billing_weight=weight,
-    )  # fmt: skip
-    elapsed = int(time_limit * 60 * elapsed_share)
-    charged = charge_gpu_seconds(
-        allocated_gpus=nodes * gpus, elapsed_s=elapsed, billing_weight=weight
-    )
-    assert 0 <= charged <= held
-    full = charge_gpu_seconds(
-        allocated_gpus=nodes * gpus, elapsed_s=time_limit * 60, billing_weight=weight
-    )
-    assert full == held  # ran to its limit on all its GPUs: charged exactly what it held
+def test_a_job_is_never_charged_more_than_it_held(
+    nodes, gpus, cpus, time_limit, elapsed_share, weight, rate
+):
+    held = requested_price(
+        nodes=nodes, gpus_per_node=gpus, cpus=cpus, time_limit_minutes=time_limit,
+        array_tasks=1, billing_weight=weight, cpu_hour_rate=rate,
+    ).total  # fmt: skip
+
+    def charged(elapsed_s: int) -> int:
+        return charge_gpu_seconds(
+            allocated_gpus=nodes * gpus, allocated_cpus=cpus, elapsed_s=elapsed_s,
+            billing_weight=weight, cpu_hour_rate=rate,
+        )  # fmt: skip
+
+    assert 0 <= charged(int(time_limit * 60 * elapsed_share)) <= held
+    assert charged(time_limit * 60) == held  # ran to its limit: charged exactly what it held
 
 
 @FAST
-@given(gpu_seconds=st.integers(-(10**12), -1), weight=weights)
-def test_negative_gpu_seconds_are_refused(gpu_seconds, weight):
+@given(gpu_seconds=st.integers(-(10**12), -1), weight=weights, rate=rates)
+def test_negative_seconds_are_refused(gpu_seconds, weight, rate):
     with pytest.raises(ValueError):
-        charge_gpu_seconds(allocated_gpus=gpu_seconds, elapsed_s=1, billing_weight=weight)
+        charge_gpu_seconds(
+            allocated_gpus=gpu_seconds, allocated_cpus=0, elapsed_s=1,
+            billing_weight=weight, cpu_hour_rate=rate,
+        )  # fmt: skip
 
 
 # --- array specs ------------------------------------------------------------------------
