@@ -29,6 +29,11 @@ from clusters.models import Cluster
 from clusters.selectors import clusters_enabled
 
 
+def projects_of(user: User) -> QuerySet[Project]:
+    """The projects ``user`` is a member of, by name."""
+    return Project.objects.filter(memberships__user=user).order_by("name")
+
+
 def memberships_of_user(user: User) -> QuerySet[Membership]:
     """The user's memberships with their projects and allocations, by project name."""
     return (

@@ -8,11 +8,20 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from clusters.errors import NoSuchCluster
-from clusters.models import Cluster, ClusterProbe
+from clusters.models import Cluster, ClusterProbe, Partition
 
 
 def clusters_enabled() -> QuerySet[Cluster]:
     return Cluster.objects.filter(is_enabled=True).order_by("name")
+
+
+def partitions_enabled() -> QuerySet[Partition]:
+    """The partitions of the enabled clusters, each cluster's default first."""
+    return (
+        Partition.objects.filter(cluster__is_enabled=True)
+        .select_related("cluster")
+        .order_by("-is_default", "name")
+    )
 
 
 def cluster_named(name: str | None) -> Cluster:

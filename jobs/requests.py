@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q, Sum
+from django.db.models import Sum
 from django.utils.translation import gettext as _
 
 from accounts.models import Project, User
@@ -25,6 +25,7 @@ from clusters.selectors import cluster_named
 from jobs import paths, scripts
 from jobs.errors import JobInvalid
 from jobs.models import UNFINISHED_STATES, Job, JobTemplate
+from jobs.selectors import templates_visible_to
 from jobs.states import TERMINAL_STATES, JobState
 
 # Slurm's own defaults: one file per job, or per array task.
@@ -102,15 +103,6 @@ class PreparedJob:
     @property
     def requested_gpu_seconds(self) -> int:
         return self.price.total
-
-
-def templates_visible_to(user: User):
-    """Global templates, the user's own, and those shared with the user's projects."""
-    return JobTemplate.objects.filter(
-        Q(scope=JobTemplate.Scope.GLOBAL)
-        | Q(scope=JobTemplate.Scope.USER, owner=user)
-        | Q(scope=JobTemplate.Scope.PROJECT, project__memberships__user=user)
-    ).distinct()
 
 
 def _with_defaults(request: JobRequest, user: User) -> tuple[dict[str, Any], JobTemplate | None]:

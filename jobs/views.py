@@ -19,9 +19,10 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
 from accounts.errors import NotAllowed, QuotaExceeded
-from accounts.models import Project, User
-from accounts.selectors import project_balance
-from clusters.models import Partition
+from accounts.models import User
+from accounts.permissions import membership_of
+from accounts.selectors import project_balance, projects_of
+from clusters.selectors import partitions_enabled
 from jobs import selectors, services
 from jobs.actions import ACTIONS
 from jobs.errors import JobInvalid, OutputUnavailable
@@ -78,13 +79,8 @@ def _filtered_jobs(request: HttpRequest):
     elif state in JobState.values:
         states = [state]
     # My own jobs, unless a project is chosen: then a PI sees all of its jobs.
-    project_id = (
-        Project.objects.filter(slug=project, memberships__user=user)
-        .values_list("pk", flat=True)
-        .first()
-        if project
-        else None
-    )
+    membership = membership_of(user, project) if project else None
+    project_id = membership.project_id if membership else None
     jobs = selectors.jobs_matching(user, project_id=project_id, states=states, search=text)
     if project and project_id is None:
         jobs = jobs.filter(project__slug=project)  # not a member: only my own jobs there
@@ -101,7 +97,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "jobs": list(page.object_list),
         "filters": filters,
         "states": JobState.choices,
-        "projects": Project.objects.filter(memberships__user=_user(request)).order_by("name"),
+        "projects": projects_of(_user(request)),
         "query": request.GET.urlencode(),
     }
     context["live"] = any(
@@ -121,12 +117,8 @@ def _form(request: HttpRequest, data=None, initial=None) -> JobForm:
     return JobForm(
         data,
         initial=initial,
-        projects=list(Project.objects.filter(memberships__user=user).order_by("name")),
-        partitions=list(
-            Partition.objects.filter(cluster__is_enabled=True)
-            .select_related("cluster")
-            .order_by("-is_default", "name")
-        ),
+        projects=list(projects_of(user)),
+        partitions=list(partitions_enabled()),
         templates=list(selectors.templates_for(user)),
     )
 
@@ -222,9 +214,8 @@ def template_save(request: HttpRequest) -> HttpResponse:
     }
     project = None
     if save.cleaned_data["share_with_project"]:
-        project = Project.objects.filter(
-            slug=form.cleaned_data["project"], memberships__user=_user(request)
-        ).first()
+        membership = membership_of(_user(request), form.cleaned_data["project"])
+        project = membership.project if membership else None
     try:
         template = services.job_template_create(
             user=_user(request),

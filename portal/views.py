@@ -31,8 +31,8 @@ from accounts.selectors import (
     project_usage_by_month_and_user,
 )
 from accounts.usage import usage_chart
-from clusters.models import Cluster
-from jobs.selectors import jobs_visible_to
+from clusters.selectors import clusters_enabled
+from jobs.selectors import own_jobs, project_jobs
 from jobs.states import TERMINAL_STATES
 from portal.charts import BurnDown, burn_down
 from portal.health import health_report
@@ -111,7 +111,7 @@ def home(request: HttpRequest) -> HttpResponse:
         }
         for membership in memberships
     ]
-    mine = jobs_visible_to(user).filter(owner=user)
+    mine = own_jobs(user)
     context = {
         "projects": projects,
         "active_jobs": list(mine.exclude(state__in=TERMINAL_STATES)[:50]),
@@ -121,9 +121,7 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 class AllocationRequestForm(forms.Form):
-    cluster = forms.ModelChoiceField(
-        label=gettext_lazy("Cluster"), queryset=Cluster.objects.filter(is_enabled=True)
-    )
+    cluster = forms.ModelChoiceField(label=gettext_lazy("Cluster"), queryset=clusters_enabled())
     gpu_hours = forms.IntegerField(label=gettext_lazy("GPU-hours"), min_value=1)
     starts_on = forms.DateField(
         label=gettext_lazy("From"), widget=forms.DateInput(attrs={"type": "date"})
@@ -164,9 +162,7 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
             else:
                 messages.success(request, _("Your request was sent to the allocation managers."))
                 return redirect("project", slug=project.slug)
-    jobs = jobs_visible_to(user).filter(project=project)
-    if not leads:
-        jobs = jobs.filter(owner=user)
+    jobs = project_jobs(user, project, leads=leads)
     allocations = list(project.allocations.select_related("cluster").order_by("-starts_on"))
     context = {
         "project": project,

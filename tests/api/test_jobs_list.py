@@ -112,7 +112,7 @@ def test_anonymous_gets_a_401(anonymous):
 
 
 def test_the_list_shows_each_job_exactly_as_its_serializer_does(api, alice, project):
-    """The page is built from rows (jobs/api.py job_list_items) for speed; it must be the
+    """The page is built from rows (jobs/serializers.py job_list_items) for speed; it must be the
     schema's JobListItemSerializer shape, value for value, whatever the job holds."""
     import datetime as dt
     from decimal import Decimal
@@ -121,8 +121,8 @@ def test_the_list_shows_each_job_exactly_as_its_serializer_does(api, alice, proj
     from django.db.models import OuterRef
     from django.utils import timezone
 
-    from jobs.api import JobListItemSerializer
     from jobs.models import Job, JobTemplate
+    from jobs.serializers import JobListItemSerializer
 
     template = JobTemplate.objects.create(
         owner=alice, name="mine", scope=JobTemplate.Scope.USER, script="true\n"

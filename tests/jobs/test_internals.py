@@ -6,9 +6,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from jobs.api import JobDetailSerializer
 from jobs.internals import remember_related, shared_serializer
 from jobs.models import Job, JobEvent
+from jobs.serializers import JobDetailSerializer
 from tests.api.conftest import make_job
 
 pytestmark = pytest.mark.slurm
