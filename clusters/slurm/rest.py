@@ -60,6 +60,18 @@ _WINDOW_SLACK_S = 10
 _QUEUE_CLOCK_SLACK_S = 2
 
 
+def _cannot_change_account_limits(account: str, shown: str) -> SlurmRejected:
+    """Slurm 22.05's REST API (v0.0.37/v0.0.38) cannot change an account's own
+    association: it answers a POST of one with success, applies nothing (it takes it for
+    a move to the same parent) and, sent often, leaves user associations without their
+    account in slurmdbd, which then crashes on every association list. So it is never
+    sent; the cli backend (sacctmgr) sets these limits."""
+    return SlurmRejected(
+        f"cannot set {shown} on account {account!r}: Slurm 22.05's REST API cannot change "
+        "an account's own association; use the cli backend or sacctmgr"
+    )
+
+
 class RestClient:
     def __init__(
         self,
@@ -460,7 +472,6 @@ class RestClient:
         wanted = None if jobs is None else int(jobs)
         self._set_account_limit(
             account,
-            {"jobs": {"total": -1 if wanted is None else wanted}},
             wanted=wanted,
             read=max_submit_jobs,
             shown=f"MaxSubmitJobs={-1 if wanted is None else wanted}",
@@ -470,20 +481,17 @@ class RestClient:
         self, account: str, tres: Json, minutes: int | None, *, read: Callable[[Json], int | None]
     ) -> None:
         wanted = None if minutes is None else int(minutes)
-        limit = {**tres, "count": -1 if wanted is None else wanted}
         name = "/".join(part for part in (tres["type"], tres["name"]) if part)
         self._set_account_limit(
             account,
-            {"tres": {"group": {"minutes": [limit]}}},
             wanted=wanted,
             read=read,
-            shown=f"GrpTRESMins={name}={limit['count']}",
+            shown=f"GrpTRESMins={name}={-1 if wanted is None else wanted}",
         )
 
     def _set_account_limit(
         self,
         account: str,
-        limits: Json,
         *,
         wanted: int | None,
         read: Callable[[Json], int | None],
@@ -491,18 +499,7 @@ class RestClient:
     ) -> None:
         if read(self._account_association_of(account)) == wanted:
             return
-        change = {"account": account, "cluster": self.cluster_name, "user": "", "max": limits}
-        self._post_db("/associations", {"associations": [change]})
-        # 22.05 answers a change of an account's own association with success
-        # and applies nothing (it takes the change for a move to the same
-        # parent), so only reading it back tells.
-        applied = self._account_association(account)
-        if applied is None or read(applied) != wanted:
-            raise SlurmRejected(
-                f"slurmrestd accepted {shown} for account {account!r} but did not apply it: "
-                "Slurm 22.05's REST API cannot change an account's own association; use the "
-                "cli backend or sacctmgr"
-            )
+        raise _cannot_change_account_limits(account, shown)
 
     def job_count_limits(self, account: str) -> dict[str, int | None]:
         association = self._account_association(account)
@@ -515,23 +512,10 @@ class RestClient:
         wanted = {**current, **{k: v for k, v in limits.items() if k in current}}
         if wanted == current:
             return
-        count = {name: -1 if value is None else value for name, value in wanted.items()}
-        change = {
-            "account": account,
-            "cluster": self.cluster_name,
-            "user": "",
-            "max": {
-                "jobs": {"per": {"submitted": count["GrpSubmitJobs"], "count": count["GrpJobs"]}}
-            },
-        }
-        self._post_db("/associations", {"associations": [change]})
-        # As with GrpTRESMins: 22.05 says success and may apply nothing; reading back tells.
-        if self.job_count_limits(account) != wanted:
-            raise SlurmRejected(
-                f"slurmrestd accepted GrpSubmitJobs/GrpJobs {count} for account {account!r} "
-                "but did not apply them: Slurm 22.05's REST API cannot change an account's "
-                "own association; use the cli backend or sacctmgr"
-            )
+        shown = ", ".join(
+            f"{name}={-1 if value is None else value}" for name, value in wanted.items()
+        )
+        raise _cannot_change_account_limits(account, shown)
 
     def gpu_minutes_used(self, account: str) -> int:
         return self._tres_minutes_used(account)
