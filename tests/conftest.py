@@ -20,28 +20,48 @@ DEV_CLUSTER = "portal-dev"
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every fault test and every test of the dev stack itself stops or restarts what the
-    whole machine shares: each is ``exclusive`` (``make test`` runs them alone).
-
-    A transactional test empties every table when it ends, the rows the migrations
-    seeded too (the allocation managers' group and its permissions, the global
-    templates); in whichever order the tests run (pytest-xdist interleaves modules), the
-    next test must still find them, so each such test restores the database as it was
-    after migrating (Django's serialized rollback)."""
+    whole machine shares: each is ``exclusive`` (``make test`` runs them alone)."""
     for item in items:
         in_dev = Path(str(item.fspath)).parent.name == "dev"
         if in_dev or item.get_closest_marker("fault"):
             item.add_marker(pytest.mark.exclusive)
-        _restores_the_seeded_rows(item)
 
 
-def _restores_the_seeded_rows(item: pytest.Item) -> None:
-    marker = item.get_closest_marker("django_db")
-    fixtures = getattr(item, "fixturenames", [])
-    if marker is not None and marker.kwargs.get("transaction"):
-        kwargs = {**marker.kwargs, "serialized_rollback": True}
-        item.add_marker(pytest.mark.django_db(*marker.args, **kwargs), append=False)
-    elif marker is None and ("transactional_db" in fixtures or "live_server" in fixtures):
-        fixtures.append("django_db_serialized_rollback")
+DB_FIXTURES = {"db", "transactional_db", "live_server", "django_db_reset_sequences"}
+
+
+@pytest.fixture(scope="session")
+def _seeded_by_migrations(django_db_setup, django_db_blocker) -> str:
+    """The rows the migrations seed (the allocation managers' group with its
+    permissions, the global templates), as JSON, taken right after migrating."""
+    from django.contrib.auth.models import Group
+    from django.core import serializers
+
+    from jobs.models import JobTemplate
+
+    with django_db_blocker.unblock():
+        rows = [*Group.objects.all(), *JobTemplate.objects.filter(scope="global")]
+        return serializers.serialize("json", rows, use_natural_foreign_keys=True)
+
+
+@pytest.fixture(autouse=True)
+def _migrations_seeded_rows_are_there(request):
+    """A transactional test empties every table when it ends, the seeded rows too; under
+    pytest-xdist modules interleave, so the next test may be any. Each test that uses
+    the database finds them there again (restored when missing, one query when not)."""
+    uses_db = DB_FIXTURES & set(request.fixturenames)
+    if not (uses_db or request.node.get_closest_marker("django_db")):
+        return
+    from django.contrib.auth.models import Group
+    from django.core import serializers
+
+    from accounts.groups import ALLOCATION_MANAGERS
+
+    seeded = request.getfixturevalue("_seeded_by_migrations")
+    with request.getfixturevalue("django_db_blocker").unblock():
+        if not Group.objects.filter(name=ALLOCATION_MANAGERS).exists():
+            for row in serializers.deserialize("json", seeded, handle_forward_references=True):
+                row.save()
 
 
 def stack_value(name: str) -> str:
