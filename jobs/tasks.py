@@ -13,6 +13,7 @@ from clusters.models import Cluster
 from clusters.selectors import clusters_enabled
 from clusters.slurm import SlurmUnavailable
 from clusters.slurm.types import SubmitRequest
+from jobs import dispatch
 from jobs.control import job_control
 from jobs.errors import OutputUnavailable
 from jobs.output import read_output_of
@@ -138,20 +139,22 @@ def accounting_ingest_all_task() -> None:
 # long given up.
 
 
-@shared_task(ignore_result=False, acks_late=False)
-def job_start_estimate_task(*, cluster_id: int, request: dict, timeout_s: float) -> dict:
+@shared_task(acks_late=False)
+def job_start_estimate_task(
+    *, cluster_id: int, request: dict, timeout_s: float, reply_to: str
+) -> None:
     submit = SubmitRequest(**{**request, "after_ok": tuple(request["after_ok"])})
     starts_at = start_estimate(cluster_id=cluster_id, request=submit, timeout_s=timeout_s)
-    return {"starts_at": starts_at.isoformat() if starts_at else None}
+    dispatch.reply(reply_to, {"starts_at": starts_at.isoformat() if starts_at else None})
 
 
-@shared_task(ignore_result=False, acks_late=False)
+@shared_task(acks_late=False)
 def job_output_task(
-    *, posix_user: str, path: str, tail_lines: int | None, language: str | None
-) -> dict:
+    *, posix_user: str, path: str, tail_lines: int | None, language: str | None, reply_to: str
+) -> None:
     with translation.override(language):
         try:
-            text = read_output_of(posix_user, path, tail_lines=tail_lines)
+            answer = dataclasses.asdict(read_output_of(posix_user, path, tail_lines=tail_lines))
         except OutputUnavailable as why:
-            return {"unavailable": str(why)}
-    return dataclasses.asdict(text)
+            answer = {"unavailable": str(why)}
+    dispatch.reply(reply_to, answer)

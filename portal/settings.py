@@ -351,10 +351,8 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_IGNORE_RESULT = True
-# The few tasks the web tier waits on (jobs/worker_calls.py: an estimate's start, a job's
-# output) keep their result in Redis, briefly; every other task keeps none.
-CELERY_RESULT_BACKEND = CELERY_BROKER_URL
-CELERY_RESULT_EXPIRES = 300
+# No result backend: what the web tier waits on comes back through the cache
+# (jobs/dispatch.py ask/reply).
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -16,5 +16,9 @@ FIRST_DB = int(os.environ.get("PORTAL_TEST_REDIS_DB", "2"))
 BROKER_DB, CACHE_DB = FIRST_DB + 2 * WORKER, FIRST_DB + 1 + 2 * WORKER
 
 os.environ.setdefault("PORTAL_ENV", "dev")
-os.environ.setdefault("PORTAL_BROKER_URL", f"redis://127.0.0.1:6379/{BROKER_DB}")
-os.environ.setdefault("PORTAL_CACHE_URL", f"redis://127.0.0.1:6379/{CACHE_DB}")
+# pytest-xdist's processes inherit the URLs set here in the process that starts them
+# (marked so): each sets its own. URLs given from outside are kept.
+if os.environ.get("PORTAL_TEST_REDIS_SET_HERE") or "PORTAL_BROKER_URL" not in os.environ:
+    os.environ["PORTAL_TEST_REDIS_SET_HERE"] = "1"
+    os.environ["PORTAL_BROKER_URL"] = f"redis://127.0.0.1:6379/{BROKER_DB}"
+    os.environ["PORTAL_CACHE_URL"] = f"redis://127.0.0.1:6379/{CACHE_DB}"

@@ -93,15 +93,14 @@ def stack_user(stack_env) -> pwd.struct_passwd:
         pwd.getpwnam(POSIX_USER)
     except KeyError:
         run("useradd", "--create-home", "--shell", "/bin/sh", POSIX_USER).check_returncode()
-    accounts = run("sacctmgr", "-nP", "list", "account", SLURM_ACCOUNT, "format=account").stdout
-    if SLURM_ACCOUNT not in accounts.split():
-        run("sacctmgr", "-i", "add", "account", SLURM_ACCOUNT,
-            "description=dev/stack tests", "organization=portal").check_returncode()  # fmt: skip
+    # Each is a no-op (exit 1, "Nothing new added") when already there; adding the
+    # account again also restores its association with the cluster if that was lost.
+    run("sacctmgr", "-i", "add", "account", SLURM_ACCOUNT, "cluster=portal-dev",
+        "description=dev/stack tests", "organization=portal")  # fmt: skip
+    run("sacctmgr", "-i", "add", "user", POSIX_USER, f"account={SLURM_ACCOUNT}")
     associations = run("sacctmgr", "-nP", "list", "association", f"user={POSIX_USER}",
                        f"account={SLURM_ACCOUNT}", "format=user").stdout  # fmt: skip
-    if POSIX_USER not in associations.split():
-        run("sacctmgr", "-i", "add", "user", POSIX_USER,
-            f"account={SLURM_ACCOUNT}").check_returncode()  # fmt: skip
+    assert POSIX_USER in associations.split(), f"no association of {POSIX_USER} in Slurm"
     return pwd.getpwnam(POSIX_USER)
 
 
