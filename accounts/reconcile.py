@@ -35,6 +35,7 @@ nothing itself.
 """
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -44,9 +45,14 @@ from django.utils import timezone
 
 from accounts.models import Allocation, Project, ReconcileReport
 from accounts.selectors import project_balance
+from clusters.locks import LockTimeout, association_changes
 from clusters.models import DEFAULT_CPU_HOUR_RATE, Cluster
 from clusters.slurm import NotFound, SlurmClient, SlurmError, client_for
 from clusters.slurm.types import PORTAL_ORGANIZATION
+
+
+# How long a run waits for another writer of the cluster's associations.
+LOCK_WAIT_S = 300.0
 
 
 class NotThePortalsAccount(Exception):
@@ -259,8 +265,21 @@ def _apply(client: SlurmClient, project: Project, action: Action) -> None:
 
 def reconcile(*, cluster: Cluster, dry_run: bool = False) -> Report:
     """One pass over the cluster's projects; Slurm errors are reported, not raised, and a
-    project that failed is simply planned again by the next run."""
+    project that failed is simply planned again by the next run. A run that changes
+    Slurm holds the cluster's association lock throughout."""
     report = Report(cluster=cluster.name, dry_run=dry_run)
+    try:
+        lock = association_changes(cluster.name, wait_s=LOCK_WAIT_S)
+        with nullcontext() if dry_run else lock:
+            _reconcile_into(report, cluster)
+    except LockTimeout as exc:
+        report.errors.append(str(exc))
+    reconcile_report_save(cluster=cluster, report=report)
+    return report
+
+
+def _reconcile_into(report: Report, cluster: Cluster) -> None:
+    dry_run = report.dry_run
     client = client_for(cluster)
     for project in projects_to_reconcile(cluster):
         report.warnings += [
@@ -287,8 +306,6 @@ def reconcile(*, cluster: Cluster, dry_run: bool = False) -> Report:
                     _apply(client, project, action)
         except SlurmError as exc:
             report.errors.append(f"{project.slurm_account}: {exc}")
-    reconcile_report_save(cluster=cluster, report=report)
-    return report
 
 
 def reconcile_report_save(*, cluster: Cluster, report: Report) -> ReconcileReport:

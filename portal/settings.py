@@ -75,6 +75,8 @@ if not IS_PRODUCTION:
 
 # Dev mode finds the local stack's passwords where dev/stack keeps them.
 STACK_DIR = Path(env_str("PORTAL_STACK_DIR", "/var/lib/slurm-gpu-portal"))
+# Where the workers keep the lock files that serialise their changes to Slurm.
+LOCK_DIR = Path(env_str("PORTAL_LOCK_DIR", str(STACK_DIR / "locks")))
 
 
 def _secret(name: str, *, dev_file: str) -> str:

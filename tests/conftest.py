@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.slurm_accounts import DEV_CLUSTER, sacctmgr_change
+
 REPO = Path(__file__).resolve().parent.parent
-DEV_CLUSTER = "portal-dev"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -301,9 +302,7 @@ def make_project(dev_cluster):
     yield make
     for account in accounts:
         subprocess.run(["scancel", f"--account={account}"], capture_output=True, check=False)
-        subprocess.run(
-            ["sacctmgr", "-i", "delete", "account", account], capture_output=True, check=False
-        )
+        sacctmgr_change("delete", "account", account)
 
 
 @pytest.fixture

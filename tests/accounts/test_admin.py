@@ -14,6 +14,7 @@ from accounts.models import Allocation, AllocationRequest, LedgerEntry, Project
 from accounts.requests import allocation_request_create
 from accounts.services import membership_set, project_create, user_create
 from clusters.services import cluster_register
+from tests.slurm_accounts import sacctmgr_change
 
 TODAY = dt.date.today()
 
@@ -301,13 +302,12 @@ def test_staff_who_may_only_view_allocations_cannot_ask_for_a_run(client, cluste
 def test_the_drift_page_shows_a_project_bound_to_an_account_made_by_hand(
     client, manny, dev_cluster, monkeypatch
 ):
-    import subprocess
     import uuid
 
     from accounts.tasks import reconcile_task
 
     account = f"h{uuid.uuid4().hex[:10]}"
-    subprocess.run(["sacctmgr", "-i", "add", "account", account], capture_output=True, check=True)
+    sacctmgr_change("add", "account", account, check=True)
     try:
         granted_project(account, cluster=dev_cluster, manny=manny)
         reconcile_task()
@@ -317,7 +317,7 @@ def test_the_drift_page_shows_a_project_bound_to_an_account_made_by_hand(
         assert f"{account}: the Slurm account exists but the portal did not create it" in page
         assert f"{account}: GrpTRESMins" not in page
     finally:
-        subprocess.run(["sacctmgr", "-i", "delete", "account", account], capture_output=True)
+        sacctmgr_change("delete", "account", account)
 
 
 def test_a_researcher_cannot_see_the_drift_report(client, alice):

@@ -15,7 +15,7 @@ from accounts.reconcile import cpu_minutes_limit_for, gpu_minutes_limit_for, rec
 from accounts.services import membership_set, project_create
 from clusters.models import Partition
 from clusters.slurm import client_for
-from tests.conftest import DEV_CLUSTER
+from tests.slurm_accounts import DEV_CLUSTER, sacctmgr_change
 
 TODAY = dt.date.today()
 
@@ -82,7 +82,7 @@ def project(dev_cluster, alice, bob):
         reason="test",
     )
     yield project
-    subprocess.run(["sacctmgr", "-i", "delete", "account", account], capture_output=True)
+    sacctmgr_change("delete", "account", account)
 
 
 def only(report, project):
@@ -113,6 +113,35 @@ def test_it_creates_the_account_members_and_limit_and_a_rerun_changes_nothing(pr
     assert client.cpu_minutes_limit(account) == 60000
     assert client.max_submit_jobs(account) == 1000
     assert only(reconcile(cluster=dev_cluster), project) == []
+
+
+@pytest.mark.slurm
+def test_a_run_that_finds_another_writer_changing_the_cluster_reports_it_and_changes_nothing(
+    project, dev_cluster, tmp_path, monkeypatch
+):
+    from django.test import override_settings
+
+    from accounts import reconcile as module
+    from tests.clusters.test_locks import hold_in_another_process
+
+    monkeypatch.setattr(module, "LOCK_WAIT_S", 0.3)
+    with override_settings(LOCK_DIR=tmp_path):
+        holder = hold_in_another_process(tmp_path, dev_cluster.name)
+        try:
+            # A dry run changes nothing and does not wait for the lock.
+            assert f"{project.slurm_account}: add account" in map(
+                str, reconcile(cluster=dev_cluster, dry_run=True).actions
+            )
+            report = reconcile(cluster=dev_cluster)
+        finally:
+            holder.communicate("")
+    assert report.actions == []
+    assert report.errors == [
+        f"another process has been changing {dev_cluster.name}'s Slurm associations for "
+        f"over 0 s ({tmp_path}/slurm-associations-{dev_cluster.name}.lock)"
+    ]
+    with pytest.raises(Exception, match="no account"):
+        client_for(dev_cluster).account_users(project.slurm_account)
 
 
 @pytest.mark.slurm
@@ -169,7 +198,7 @@ def test_a_member_without_a_posix_user_is_reported_not_added(project, dev_cluste
 def test_an_account_made_by_hand_is_refused_and_given_nothing(project, dev_cluster):
     # Someone's account that exists in Slurm already; the project was bound to its name.
     account = project.slurm_account
-    subprocess.run(["sacctmgr", "-i", "add", "account", account], capture_output=True, check=True)
+    sacctmgr_change("add", "account", account, check=True)
     client = client_for(dev_cluster)
     assert client.account_organization(account) != "portal"
     for dry_run in (True, False):
@@ -295,10 +324,9 @@ def test_an_expired_project_takes_no_new_work_but_lets_running_work_finish(proje
 
 
 def site_caps_running_jobs(account: str, count: int) -> None:
-    subprocess.run(
-        ["sacctmgr", "-i", "modify", "account", "where", f"name={account}",
-         f"cluster={DEV_CLUSTER}", "set", f"GrpJobs={count}"],
-        capture_output=True, check=True,
+    sacctmgr_change(
+        "modify", "account", "where", f"name={account}", f"cluster={DEV_CLUSTER}",
+        "set", f"GrpJobs={count}", check=True,
     )  # fmt: skip
 
 
@@ -362,11 +390,9 @@ def test_max_submit_jobs_is_set_drift_is_reported_and_members_inherit_it(project
     # The account's own association and each member's, which inherits it.
     assert set(shown) == {"|25", "alice|25", "bob|25"}
     # Changed by hand in Slurm: the dry run reports it, the next run puts it back.
-    subprocess.run(
-        ["sacctmgr", "-i", "modify", "account", "where", f"name={account}", "set",
-         "MaxSubmitJobs=-1"],
-        capture_output=True, check=True,
-    )  # fmt: skip
+    sacctmgr_change(
+        "modify", "account", "where", f"name={account}", "set", "MaxSubmitJobs=-1", check=True
+    )
     with override_settings(SLURM_MAX_SUBMIT_JOBS=25):
         assert only(reconcile(cluster=dev_cluster, dry_run=True), project) == [
             f"{account}: MaxSubmitJobs None → 25"
