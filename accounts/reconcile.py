@@ -50,7 +50,6 @@ from clusters.models import DEFAULT_CPU_HOUR_RATE, Cluster
 from clusters.slurm import NotFound, SlurmClient, SlurmError, client_for
 from clusters.slurm.types import PORTAL_ORGANIZATION
 
-
 # How long a run waits for another writer of the cluster's associations.
 LOCK_WAIT_S = 300.0
 

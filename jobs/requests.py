@@ -22,7 +22,7 @@ from accounts.reconcile import max_submit_jobs_for
 from clusters.errors import NoSuchCluster
 from clusters.models import Cluster, Partition
 from clusters.selectors import cluster_named
-from jobs import paths, scripts
+from jobs import paths, pricing, scripts, specs
 from jobs.errors import JobInvalid
 from jobs.models import UNFINISHED_STATES, Job, JobTemplate
 from jobs.selectors import templates_visible_to
@@ -84,11 +84,11 @@ class PreparedJob:
     cluster: Cluster
     partition: Partition
     template: JobTemplate | None
-    spec: scripts.JobSpec
+    spec: specs.JobSpec
     dependencies: list[Job] = field(default_factory=list)
     array_tasks: int = 1
-    price: scripts.Price = field(
-        default_factory=lambda: scripts.Price(0, 0, Decimal(1), Decimal(0))
+    price: pricing.Price = field(
+        default_factory=lambda: pricing.Price(0, 0, Decimal(1), Decimal(0))
     )
     rendered_script: str = ""
 
@@ -285,7 +285,7 @@ def job_prepare(*, user: User, request: JobRequest, submit_token: str = "") -> P
     if not isinstance(environment, dict):
         raise JobInvalid.one("environment", _("Give the environment as names and values."))
     dependencies = _dependencies(user, values.get("depends_on") or ())
-    spec = scripts.JobSpec(
+    spec = specs.JobSpec(
         name=str(values.get("name") or ""),
         account=project.slurm_account,
         partition=partition.name,
@@ -303,14 +303,14 @@ def job_prepare(*, user: User, request: JobRequest, submit_token: str = "") -> P
         script=str(values.get("script") or ""),
         submit_token=submit_token,
     )
-    scripts.validate_spec(
+    specs.validate_spec(
         spec,
         max_time_minutes=partition.max_time_minutes,
         max_gpus_per_node=partition.gpus_per_node,
         max_nodes=max(partition.nodes, 1),
         max_script_bytes=settings.JOB_MAX_SCRIPT_BYTES,
     )
-    array_tasks = scripts.array_task_count(spec.array)
+    array_tasks = specs.array_task_count(spec.array)
     _check_submit_limit(user, project, cluster, array_tasks)
     return PreparedJob(
         owner=user,
@@ -322,10 +322,10 @@ def job_prepare(*, user: User, request: JobRequest, submit_token: str = "") -> P
         spec=spec,
         dependencies=dependencies,
         array_tasks=array_tasks,
-        price=scripts.requested_price(
+        price=pricing.requested_price(
             nodes=spec.nodes,
             gpus_per_node=spec.gpus_per_node,
-            cpus=scripts.cpus_per_task(
+            cpus=pricing.cpus_per_task(
                 nodes=spec.nodes, gpus_per_node=spec.gpus_per_node, cpus_per_gpu=spec.cpus_per_gpu
             ),
             time_limit_minutes=spec.time_limit_minutes,

@@ -14,7 +14,7 @@ from accounts.api_support import related
 from jobs.internals import shared_serializer
 from jobs.models import Job, JobEvent, JobTemplate
 from jobs.requests import TEMPLATE_DEFAULT_FIELDS, JobRequest
-from jobs.scripts import MAX_DEPENDENCIES
+from jobs.specs import MAX_DEPENDENCIES
 from jobs.states import JobState
 
 INT32 = 2**31 - 1

@@ -28,8 +28,8 @@ from jobs.actions import CANCEL, HOLD, RELEASE, JobAction
 from jobs.errors import JobInvalid
 from jobs.internals import remember_related
 from jobs.models import Job, JobEvent, JobTemplate
+from jobs.pricing import Price
 from jobs.requests import TEMPLATE_DEFAULT_FIELDS, JobRequest, PreparedJob, job_prepare
-from jobs.scripts import Price
 from jobs.states import TERMINAL_STATES, JobState
 from jobs.submission import (
     ESTIMATE_PAUSE_S,

@@ -23,7 +23,7 @@ from accounts.posix import posix_login_refusal
 from clusters.models import Cluster
 from clusters.slurm import SlurmError, SlurmRejected, SlurmUnavailable, client_for
 from clusters.slurm.types import SubmitRequest
-from jobs import dispatch, scripts
+from jobs import dispatch, scripts, specs
 from jobs.actions import CANCEL
 from jobs.models import Job, JobEvent
 from jobs.requests import DEPENDENCY_NEVER_OK, PreparedJob, home_of
@@ -102,7 +102,7 @@ def start_estimate(
     return None
 
 
-def _environment(posix_user: str, spec: scripts.JobSpec) -> dict[str, str]:
+def _environment(posix_user: str, spec: specs.JobSpec) -> dict[str, str]:
     # The job gets this and nothing else of the worker's environment (--export=NONE
     # semantics): no SLURM_*/SBATCH_* of the worker, no secrets.
     return {
@@ -114,7 +114,7 @@ def _environment(posix_user: str, spec: scripts.JobSpec) -> dict[str, str]:
     }
 
 
-def submit_request(*, spec: scripts.JobSpec, posix_user: str, script: str) -> SubmitRequest:
+def submit_request(*, spec: specs.JobSpec, posix_user: str, script: str) -> SubmitRequest:
     return SubmitRequest(
         user=posix_user,
         script=script,
@@ -160,8 +160,8 @@ def _after_ok(job: Job) -> tuple[int, ...]:
     return tuple(sorted(ids))
 
 
-def spec_of(job: Job, *, after_ok: tuple[int, ...] = ()) -> scripts.JobSpec:
-    return scripts.JobSpec(
+def spec_of(job: Job, *, after_ok: tuple[int, ...] = ()) -> specs.JobSpec:
+    return specs.JobSpec(
         name=job.name,
         account=job.project.slurm_account,
         partition=job.partition.name,

@@ -29,7 +29,7 @@ from clusters.models import Cluster, Partition
 from clusters.slurm import SlurmClient, client_for, shared_client_for
 from clusters.slurm.states import SlurmJobState
 from clusters.slurm.types import AccountingEntry, QueueEntry
-from jobs import scripts
+from jobs import pricing, specs
 from jobs.models import AccountingRecord, ClusterSync, Job, JobEvent
 from jobs.states import SLURM_TO_PORTAL, TERMINAL_STATES, JobState
 from jobs.tokens import is_submission_of, token_in
@@ -342,7 +342,7 @@ def _charge(
                 charged_gpu_seconds=0, charge_note=note
             )
             return None
-        gpu_seconds = scripts.charge_gpu_seconds(
+        gpu_seconds = pricing.charge_gpu_seconds(
             allocated_gpus=record.allocated_gpus,
             allocated_cpus=record.allocated_cpus,
             elapsed_s=record.elapsed_s,
@@ -366,7 +366,7 @@ def _tasks_covered(record: AccountingRecord) -> int:
     # A record "[4-9%2]" stands for the tasks of an array that never started.
     task = record.array_task
     if task.startswith("["):
-        return scripts.array_task_count(task.strip("[]"))
+        return specs.array_task_count(task.strip("[]"))
     return 1
 
 

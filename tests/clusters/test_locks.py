@@ -34,9 +34,11 @@ def test_a_second_writer_waits_and_gives_up_with_a_message_naming_the_cluster(tm
             pass
         holder = hold_in_another_process(tmp_path / "locks", "alpha")
         try:
-            with pytest.raises(LockTimeout, match="changing alpha's Slurm associations"):
-                with association_changes("alpha", wait_s=0.3):
-                    pass
+            with (
+                pytest.raises(LockTimeout, match="changing alpha's Slurm associations"),
+                association_changes("alpha", wait_s=0.3),
+            ):
+                pass
             with association_changes("beta", wait_s=0.3):
                 pass  # another cluster's lock is free
         finally:

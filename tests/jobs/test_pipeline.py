@@ -9,7 +9,7 @@ from accounts.models import LedgerEntry
 from accounts.selectors import project_balance
 from clusters.models import Partition
 from jobs.models import AccountingRecord, Job
-from jobs.scripts import charge_gpu_seconds
+from jobs.pricing import charge_gpu_seconds
 from jobs.selectors import job_output
 from jobs.services import job_create, job_estimate
 from jobs.states import JobState

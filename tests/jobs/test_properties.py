@@ -14,18 +14,16 @@ from client.jobs import _duration as client_duration
 from client.jobspec import JobSpecError, parse_minutes
 from clusters.slurm.parsing import parse_time_minutes
 from jobs.errors import JobInvalid
-from jobs.scripts import (
+from jobs.pricing import charge_gpu_seconds, requested_price
+from jobs.scripts import _slurm_time, render_script
+from jobs.specs import (
     MAX_ARRAY_INDEX,
     MAX_ARRAY_TASKS,
     MAX_TIME_MINUTES,
     JobSpec,
     _duration,
-    _slurm_time,
     array_indices,
     array_task_count,
-    charge_gpu_seconds,
-    render_script,
-    requested_price,
     validate_spec,
 )
 from portal.templatetags.portal import gpu_hours, minutes

@@ -7,16 +7,9 @@ from decimal import Decimal
 import pytest
 
 from jobs.errors import JobInvalid
-from jobs.scripts import (
-    JobSpec,
-    array_task_count,
-    charge_gpu_seconds,
-    cpus_per_task,
-    decode_script,
-    render_script,
-    requested_price,
-    validate_spec,
-)
+from jobs.pricing import charge_gpu_seconds, cpus_per_task, requested_price
+from jobs.scripts import render_script
+from jobs.specs import JobSpec, array_task_count, decode_script, validate_spec
 
 LIMITS = {"max_time_minutes": 10080, "max_gpus_per_node": 8, "max_nodes": 4}
 

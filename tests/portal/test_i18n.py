@@ -180,7 +180,7 @@ def test_the_composer_and_its_errors_are_in_japanese(client, alice, make_project
     )
     html = preview.content.decode()
     assert preview.status_code == 200
-    assert "スクリプトに#SBATCH行は書けません" in html  # jobs.scripts, via JobInvalid
+    assert "スクリプトに#SBATCH行は書けません" in html  # jobs.specs, via JobInvalid
     assert "may not contain #SBATCH" not in html
 
     english = client.post(
