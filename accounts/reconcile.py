@@ -39,16 +39,15 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from django.conf import settings
 from django.db.models import Min
 from django.utils import timezone
 
 from accounts.models import Allocation, Project, ReconcileReport
-from accounts.selectors import project_balance
+from accounts.selectors import max_submit_jobs_for, project_balance
 from clusters.locks import LockTimeout, association_changes
 from clusters.models import DEFAULT_CPU_HOUR_RATE, Cluster
 from clusters.slurm import NotFound, SlurmClient, SlurmError, client_for
-from clusters.slurm.types import PORTAL_ORGANIZATION
+from clusters.slurm.types import PORTAL_ORGANIZATION, AccountLimits, MinutesUsed
 
 # How long a run waits for another writer of the cluster's associations.
 LOCK_WAIT_S = 300.0
@@ -114,13 +113,6 @@ def cpu_minutes_limit_for(
     return raw_used_minutes + math.ceil(Decimal(covered) / 60 / cpu_hour_rate)
 
 
-def max_submit_jobs_for(*, project: Project, cluster: Cluster) -> int:
-    """The ``MaxSubmitJobs`` the project's account should have on the cluster: each of its
-    users may have this many jobs (every array task counts) pending or running in Slurm.
-    The portal checks a new job against the same number (jobs.requests)."""
-    return settings.SLURM_MAX_SUBMIT_JOBS
-
-
 def projects_to_reconcile(cluster: Cluster) -> list[Project]:
     today = timezone.localdate()
     return list(
@@ -133,6 +125,12 @@ def projects_to_reconcile(cluster: Cluster) -> list[Project]:
         .distinct()
         .order_by("slug")
     )
+
+
+# What an account the portal is about to create has: nobody, no limits.
+_ABSENT = AccountLimits(
+    users=(), gpu_minutes=None, cpu_minutes=None, max_submit_jobs=None, job_counts={}
+)
 
 
 def _plan_project(client: SlurmClient, cluster: Cluster, project: Project) -> list[Action]:
@@ -154,39 +152,37 @@ def _plan_project(client: SlurmClient, cluster: Cluster, project: Project) -> li
             "associations or limits to it. Bind the project to a new account name."
         )
     try:
-        present = set(client.account_users(account))
-        raw_used = client.gpu_minutes_used(account)
-        current = client.gpu_minutes_limit(account)
-        raw_cpu_used = client.cpu_minutes_used(account)
-        current_cpu = client.cpu_minutes_limit(account)
-        current_jobs = client.max_submit_jobs(account)
+        state = client.account_limits(account)
+        used = client.minutes_used(account)
     except NotFound:
         actions.append(Action(account, "add account"))
-        present, raw_used, current = set(), 0, None
-        raw_cpu_used, current_cpu, current_jobs = 0, None, None
+        state, used = _ABSENT, MinutesUsed(gpu=0, cpu=0)
+    present = set(state.users)
     actions += [Action(account, "add user", user) for user in sorted(wanted - present)]
     actions += [Action(account, "remove user", user) for user in sorted(present - wanted)]
     balance = project_balance(project, cluster=cluster)
     covered = balance.available_gpu_seconds + balance.held_gpu_seconds
     prices = cluster.partitions.aggregate(weight=Min("billing_weight"), rate=Min("cpu_hour_rate"))
     limit = gpu_minutes_limit_for(
-        raw_used_minutes=raw_used,
+        raw_used_minutes=used.gpu,
         covered_gpu_seconds=covered,
         billing_weight=prices["weight"] or Decimal(1),
     )
-    if limit != current:
-        actions.append(Action(account, "set limit", minutes=limit, was=current))
+    if limit != state.gpu_minutes:
+        actions.append(Action(account, "set limit", minutes=limit, was=state.gpu_minutes))
     cpu_limit = cpu_minutes_limit_for(
-        raw_used_minutes=raw_cpu_used,
+        raw_used_minutes=used.cpu,
         covered_gpu_seconds=covered,
         cpu_hour_rate=prices["rate"] or DEFAULT_CPU_HOUR_RATE,
     )
-    if cpu_limit != current_cpu:
-        actions.append(Action(account, "set cpu limit", minutes=cpu_limit, was=current_cpu))
+    if cpu_limit != state.cpu_minutes:
+        actions.append(Action(account, "set cpu limit", minutes=cpu_limit, was=state.cpu_minutes))
     jobs = max_submit_jobs_for(project=project, cluster=cluster)
-    if jobs != current_jobs:
-        actions.append(Action(account, "set max submit jobs", minutes=jobs, was=current_jobs))
-    actions += plan_new_work(client, account, allowed=True)
+    if jobs != state.max_submit_jobs:
+        actions.append(
+            Action(account, "set max submit jobs", minutes=jobs, was=state.max_submit_jobs)
+        )
+    actions += plan_new_work(account, state.job_counts, allowed=True)
     return actions
 
 
@@ -216,13 +212,9 @@ def projects_to_block(cluster: Cluster) -> list[Project]:
     ]
 
 
-def plan_new_work(client: SlurmClient, account: str, *, allowed: bool) -> list[Action]:
+def plan_new_work(account: str, current: dict[str, int | None], *, allowed: bool) -> list[Action]:
     """Block new work under an account that may not have it, lift the block of one that
-    may; nothing when the account is absent (nothing runs under it)."""
-    try:
-        current = client.job_count_limits(account)
-    except NotFound:
-        return []
+    may, given the account's ``job_counts`` now."""
     if allowed:
         wanted = {name: None if value == 0 else value for name, value in current.items()}
     else:
@@ -242,7 +234,11 @@ def _plan_blocked_project(client: SlurmClient, project: Project) -> list[Action]
     if organization != PORTAL_ORGANIZATION:
         # Someone else's account: the portal never limited it, so it does not block it.
         return []
-    return plan_new_work(client, account, allowed=False)
+    try:
+        current = client.account_limits(account).job_counts
+    except NotFound:
+        return []  # nothing runs under an account that is absent
+    return plan_new_work(account, current, allowed=False)
 
 
 def _apply(client: SlurmClient, project: Project, action: Action) -> None:

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from django.conf import settings
 from django.db.models import Prefetch, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, TruncDate, TruncMonth
 from django.utils import timezone
@@ -238,3 +239,12 @@ def allocation_requests_for(user: User) -> QuerySet[AllocationRequest]:
     if is_allocation_manager(user):
         return requests
     return requests.filter(project_id__in=led_project_ids(user))
+
+
+def max_submit_jobs_for(*, project: Project, cluster: Cluster) -> int:
+    """The ``MaxSubmitJobs`` the project's account should have on the cluster: each of its
+    users may have this many jobs (every array task counts) pending or running in Slurm.
+    The portal checks a new job against the same number (jobs.requests)."""
+    # One site-wide number for now (PORTAL_SLURM_MAX_SUBMIT_JOBS), the same for every
+    # project and cluster; the arguments are where a per-project one would come from.
+    return settings.SLURM_MAX_SUBMIT_JOBS

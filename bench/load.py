@@ -264,7 +264,7 @@ def slurm_cleanup(accounts: list[str]) -> None:
     client = client_for(Cluster(name=DEV_CLUSTER, backend=Cluster.Backend.CLI))
     for account in accounts:
         try:
-            for user in client.account_users(account):
+            for user in client.account_limits(account).users:
                 client.remove_user_association(user=user, account=account)
         except SlurmError as error:
             print(f"removing the users of {account}: {error}", file=sys.stderr)

@@ -13,19 +13,18 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Sum
 from django.utils.translation import gettext as _
 
 from accounts.models import Project, User
 from accounts.permissions import membership_of
-from accounts.reconcile import max_submit_jobs_for
+from accounts.selectors import max_submit_jobs_for
 from clusters.errors import NoSuchCluster
 from clusters.models import Cluster, Partition
 from clusters.selectors import cluster_named
 from jobs import paths, pricing, scripts, specs
 from jobs.errors import JobInvalid
-from jobs.models import UNFINISHED_STATES, Job, JobTemplate
-from jobs.selectors import templates_visible_to
+from jobs.models import Job, JobTemplate
+from jobs.selectors import templates_visible_to, unfinished_tasks_of
 from jobs.states import TERMINAL_STATES, JobState
 
 # Slurm's own defaults: one file per job, or per array task.
@@ -232,12 +231,7 @@ def _check_submit_limit(user: User, project: Project, cluster: Cluster, tasks: i
             )
             % where,
         )
-    queued = (
-        Job.objects.filter(
-            owner=user, project=project, cluster=cluster, state__in=UNFINISHED_STATES
-        ).aggregate(tasks=Sum("array_tasks"))["tasks"]
-        or 0
-    )
+    queued = unfinished_tasks_of(user, project=project, cluster=cluster)
     if queued + tasks > limit:
         raise JobInvalid.one(
             "array" if tasks > 1 else "__all__",
@@ -253,37 +247,13 @@ def _check_submit_limit(user: User, project: Project, cluster: Cluster, tasks: i
 def job_prepare(*, user: User, request: JobRequest, submit_token: str = "") -> PreparedJob:
     """Check a request against the user's projects and the partition's real limits,
     render its script and price it; raise JobInvalid naming each field to fix."""
-    if not user.posix_username:
-        raise JobInvalid.one(
-            "__all__", _("Your account has no Unix login yet; ask an administrator to set one.")
-        )
+    posix_user = _posix_user(user)
     values, template = _with_defaults(request, user)
     project = _project(user, values.get("project"))
     cluster = _cluster(values.get("cluster"))
     partition = _partition(cluster, values.get("partition"))
-    posix_user = user.posix_username
-    roots = paths.allowed_roots(posix_user, settings.JOB_ROOTS)
-    working_directory = paths.check_directory(
-        values.get("working_directory") or home_of(posix_user),
-        roots=roots,
-        field="working_directory",
-    )
-    default_output = DEFAULT_ARRAY_OUTPUT if values.get("array") else DEFAULT_OUTPUT
-    output_path = paths.check_output_path(
-        values.get("output_path") or default_output,
-        working_directory=working_directory,
-        roots=roots,
-        field="output_path",
-    )
-    error_path = paths.check_output_path(
-        values.get("error_path") or values.get("output_path") or default_output,
-        working_directory=working_directory,
-        roots=roots,
-        field="error_path",
-    )
-    environment = values.get("environment") or {}
-    if not isinstance(environment, dict):
-        raise JobInvalid.one("environment", _("Give the environment as names and values."))
+    working_directory, output_path, error_path = _paths(values, posix_user)
+    environment = _environment(values)
     dependencies = _dependencies(user, values.get("depends_on") or ())
     spec = specs.JobSpec(
         name=str(values.get("name") or ""),
@@ -297,7 +267,7 @@ def job_prepare(*, user: User, request: JobRequest, submit_token: str = "") -> P
         working_directory=working_directory,
         output_path=output_path,
         error_path=error_path,
-        environment={str(k): str(v) for k, v in environment.items()},
+        environment=environment,
         array=str(values.get("array") or ""),
         after_ok=tuple(job.slurm_job_id for job in dependencies if job.slurm_job_id),
         script=str(values.get("script") or ""),
@@ -322,16 +292,63 @@ def job_prepare(*, user: User, request: JobRequest, submit_token: str = "") -> P
         spec=spec,
         dependencies=dependencies,
         array_tasks=array_tasks,
-        price=pricing.requested_price(
-            nodes=spec.nodes,
-            gpus_per_node=spec.gpus_per_node,
-            cpus=pricing.cpus_per_task(
-                nodes=spec.nodes, gpus_per_node=spec.gpus_per_node, cpus_per_gpu=spec.cpus_per_gpu
-            ),
-            time_limit_minutes=spec.time_limit_minutes,
-            array_tasks=array_tasks,
-            billing_weight=partition.billing_weight,
-            cpu_hour_rate=partition.cpu_hour_rate,
-        ),
+        price=_price(spec, partition, array_tasks),
         rendered_script=scripts.render_script(spec),
+    )
+
+
+def _posix_user(user: User) -> str:
+    """The Unix login the job runs as, from the database."""
+    if not user.posix_username:
+        raise JobInvalid.one(
+            "__all__", _("Your account has no Unix login yet; ask an administrator to set one.")
+        )
+    return user.posix_username
+
+
+def _paths(values: dict[str, Any], posix_user: str) -> tuple[str, str, str]:
+    """The working directory and the output and error paths, each inside the user's allowed
+    roots; the defaults fill what the request left out."""
+    roots = paths.allowed_roots(posix_user, settings.JOB_ROOTS)
+    working_directory = paths.check_directory(
+        values.get("working_directory") or home_of(posix_user),
+        roots=roots,
+        field="working_directory",
+    )
+    default_output = DEFAULT_ARRAY_OUTPUT if values.get("array") else DEFAULT_OUTPUT
+    output_path = paths.check_output_path(
+        values.get("output_path") or default_output,
+        working_directory=working_directory,
+        roots=roots,
+        field="output_path",
+    )
+    error_path = paths.check_output_path(
+        values.get("error_path") or values.get("output_path") or default_output,
+        working_directory=working_directory,
+        roots=roots,
+        field="error_path",
+    )
+    return working_directory, output_path, error_path
+
+
+def _environment(values: dict[str, Any]) -> dict[str, str]:
+    environment = values.get("environment") or {}
+    if not isinstance(environment, dict):
+        raise JobInvalid.one("environment", _("Give the environment as names and values."))
+    return {str(key): str(value) for key, value in environment.items()}
+
+
+def _price(spec: specs.JobSpec, partition: Partition, array_tasks: int) -> pricing.Price:
+    """What the request holds: every task for its whole time limit, at the partition's
+    billing weight and CPU-hour rate."""
+    return pricing.requested_price(
+        nodes=spec.nodes,
+        gpus_per_node=spec.gpus_per_node,
+        cpus=pricing.cpus_per_task(
+            nodes=spec.nodes, gpus_per_node=spec.gpus_per_node, cpus_per_gpu=spec.cpus_per_gpu
+        ),
+        time_limit_minutes=spec.time_limit_minutes,
+        array_tasks=array_tasks,
+        billing_weight=partition.billing_weight,
+        cpu_hour_rate=partition.cpu_hour_rate,
     )

@@ -6,15 +6,16 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.postgres.expressions import ArraySubquery
-from django.db.models import OuterRef, Q, QuerySet
+from django.db.models import OuterRef, Q, QuerySet, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from accounts.models import Project, User
 from accounts.permissions import led_project_ids
+from clusters.models import Cluster
 from jobs import output, worker_calls
 from jobs.errors import OutputUnavailable
-from jobs.models import Job, JobTemplate
+from jobs.models import UNFINISHED_STATES, Job, JobTemplate
 from jobs.states import JobState
 
 
@@ -157,3 +158,14 @@ def jobs_to_sweep(*, older_than_s: int = 15, limit: int = 500) -> list[int]:
         )
     ).order_by("id")
     return list(stuck.values_list("id", flat=True)[:limit])
+
+
+def unfinished_tasks_of(user: User, *, project: Project, cluster: Cluster) -> int:
+    """The user's jobs of the project on the cluster that are not finished, each array task
+    counted (as Slurm's MaxSubmitJobs counts them)."""
+    return (
+        Job.objects.filter(
+            owner=user, project=project, cluster=cluster, state__in=UNFINISHED_STATES
+        ).aggregate(tasks=Sum("array_tasks"))["tasks"]
+        or 0
+    )

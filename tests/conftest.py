@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm_accounts import DEV_CLUSTER, sacctmgr_change
+from tests.slurm_accounts import DEV_CLUSTER, account_remove
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -301,8 +301,7 @@ def make_project(dev_cluster):
 
     yield make
     for account in accounts:
-        subprocess.run(["scancel", f"--account={account}"], capture_output=True, check=False)
-        sacctmgr_change("delete", "account", account)
+        account_remove(account)
 
 
 @pytest.fixture

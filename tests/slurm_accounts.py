@@ -15,3 +15,16 @@ def sacctmgr_change(*args: str, check: bool = False) -> subprocess.CompletedProc
         return subprocess.run(
             ["sacctmgr", "--immediate", *args], capture_output=True, text=True, check=check
         )
+
+
+def account_remove(account: str) -> None:
+    """Cancel the account's jobs and delete it from Slurm, if it is there (a test that
+    never put it there waits for no lock)."""
+    shown = subprocess.run(
+        ["sacctmgr", "--noheader", "--parsable2", "show", "account", account, "format=Account"],
+        capture_output=True,
+        text=True,
+    )
+    if shown.stdout.strip():
+        subprocess.run(["scancel", f"--account={account}"], capture_output=True)
+        sacctmgr_change("delete", "account", account)

@@ -28,7 +28,7 @@ from clusters.slurm.parsing import (
     SACCT_FORMAT,
     SINFO_PARTITION_FORMAT,
     SQUEUE_FORMAT,
-    parse_max_submit_jobs,
+    parse_job_count,
     parse_sacct,
     parse_sinfo_partitions,
     parse_squeue,
@@ -40,6 +40,8 @@ from clusters.slurm.states import UNSTARTED_END_STATES
 from clusters.slurm.types import (
     PORTAL_ORGANIZATION,
     AccountingEntry,
+    AccountLimits,
+    MinutesUsed,
     PartitionInfo,
     QueueEntry,
     StartEstimate,
@@ -267,26 +269,27 @@ class CliClient:
         self._run(["sacctmgr", "--immediate", "add", "user", user, f"account={account}", cluster])
         return True
 
-    def _associations(self, account: str) -> list[list[str]]:
-        """(user, GrpTRESMins, MaxSubmitJobs) rows under the account; the account's own row
-        has no user."""
+    def account_limits(self, account: str) -> AccountLimits:
         lines = self._sacctmgr_lines(
             "show", "association", "where", f"cluster={self.cluster_name}",
-            f"account={account}", "format=User,GrpTRESMins,MaxSubmitJobs",
+            f"account={account}",
+            "format=User,GrpTRESMins,MaxSubmitJobs,GrpSubmitJobs,GrpJobs",
         )  # fmt: skip
-        if not lines:
+        rows = [[*line.split("|"), "", "", "", ""][:5] for line in lines]
+        own = next((row for row in rows if not row[0]), None)
+        if own is None:
             raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
-        return [line.split("|") for line in lines]
-
-    def _account_row(self, account: str) -> list[str]:
-        """The account's own association: (user "", GrpTRESMins, MaxSubmitJobs)."""
-        for row in self._associations(account):
-            if not row[0]:
-                return row
-        raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
-
-    def account_users(self, account: str) -> list[str]:
-        return sorted(row[0] for row in self._associations(account) if row[0])
+        _user, tres_minutes, max_submit, grp_submit, grp_jobs = own
+        return AccountLimits(
+            users=tuple(sorted({row[0] for row in rows if row[0]})),
+            gpu_minutes=parse_tres_limit(tres_minutes, "gres/gpu"),
+            cpu_minutes=parse_tres_limit(tres_minutes, "cpu"),
+            max_submit_jobs=parse_job_count(max_submit),
+            job_counts={
+                "GrpSubmitJobs": parse_job_count(grp_submit),
+                "GrpJobs": parse_job_count(grp_jobs),
+            },
+        )
 
     def remove_user_association(self, *, user: str, account: str) -> bool:
         cluster = f"cluster={self.cluster_name}"
@@ -310,28 +313,13 @@ class CliClient:
         )  # fmt: skip
         return True
 
-    def gpu_minutes_limit(self, account: str) -> int | None:
-        return parse_tres_limit(self._account_row(account)[1], "gres/gpu")
-
     def set_gpu_minutes_limit(self, account: str, minutes: int | None) -> None:
         value = "-1" if minutes is None else str(int(minutes))
         self._set_account_limit(account, f"GrpTRESMins=gres/gpu={value}")
 
-    def gpu_minutes_used(self, account: str) -> int:
-        return self._tres_minutes_used(account, "gres/gpu")
-
-    def cpu_minutes_limit(self, account: str) -> int | None:
-        return parse_tres_limit(self._account_row(account)[1], "cpu")
-
     def set_cpu_minutes_limit(self, account: str, minutes: int | None) -> None:
         value = "-1" if minutes is None else str(int(minutes))
         self._set_account_limit(account, f"GrpTRESMins=cpu={value}")
-
-    def cpu_minutes_used(self, account: str) -> int:
-        return self._tres_minutes_used(account, "cpu")
-
-    def max_submit_jobs(self, account: str) -> int | None:
-        return parse_max_submit_jobs(self._account_row(account)[2])
 
     def set_max_submit_jobs(self, account: str, jobs: int | None) -> None:
         value = "-1" if jobs is None else str(int(jobs))
@@ -340,37 +328,20 @@ class CliClient:
     def _set_account_limit(self, account: str, setting: str) -> None:
         """``sacctmgr modify account … set <setting>``: one limit of the account's own
         association (a TRES in GrpTRESMins leaves the others as they are)."""
-        if not self._sacctmgr_lines(
-            "show", "association", "where", f"cluster={self.cluster_name}",
-            f"account={account}", "format=Account",
-        ):  # fmt: skip
-            raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
         try:
             self._run(
                 ["sacctmgr", "--immediate", "modify", "account", "where", f"name={account}",
                  f"cluster={self.cluster_name}", "set", setting]
             )  # fmt: skip
         except SlurmRejected as exc:
-            # sacctmgr exits 1 with "Nothing modified" when the limit is already set.
+            # sacctmgr exits 1 with "Nothing modified" both when the limit is already set
+            # and when there is no such account: only the second is an error.
             if "nothing modified" not in exc.message.lower():
                 raise
-
-    def job_count_limits(self, account: str) -> dict[str, int | None]:
-        lines = self._sacctmgr_lines(
-            "show", "association", "where", f"cluster={self.cluster_name}",
-            f"account={account}", "format=User,GrpSubmitJobs,GrpJobs",
-        )  # fmt: skip
-        for line in lines:
-            user, submit, running = [*line.split("|"), "", ""][:3]
-            if not user:
-                return {
-                    "GrpSubmitJobs": int(submit) if submit.strip() else None,
-                    "GrpJobs": int(running) if running.strip() else None,
-                }
-        raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
+            self.account_limits(account)  # NotFound if there is no such account
 
     def set_job_count_limits(self, account: str, limits: dict[str, int | None]) -> None:
-        current = self.job_count_limits(account)
+        current = self.account_limits(account).job_counts
         changes = [
             f"{name}={-1 if value is None else int(value)}"
             for name, value in limits.items()
@@ -382,7 +353,7 @@ class CliClient:
                  f"cluster={self.cluster_name}", "set", *changes]
             )  # fmt: skip
 
-    def _tres_minutes_used(self, account: str, tres: str) -> int:
+    def minutes_used(self, account: str) -> MinutesUsed:
         result = self._run(
             ["sshare", "--noheader", "--parsable2", f"--accounts={account}",
              f"--clusters={self.cluster_name}", "--format=Account,User,GrpTRESRaw"]
@@ -390,5 +361,8 @@ class CliClient:
         for line in result.stdout.splitlines():
             fields = line.split("|")
             if len(fields) == 3 and fields[0].strip() == account and not fields[1]:
-                return parse_tres_usage_minutes(fields[2], tres)
+                return MinutesUsed(
+                    gpu=parse_tres_usage_minutes(fields[2], "gres/gpu"),
+                    cpu=parse_tres_usage_minutes(fields[2], "cpu"),
+                )
         raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")

@@ -305,6 +305,7 @@ def parse_tres_usage_minutes(grp_tres_raw: str, tres: str) -> int:
     return 0
 
 
-def parse_max_submit_jobs(text: str) -> int | None:
-    """sacctmgr's ``MaxSubmitJobs`` column: ``1000``, or empty when there is none."""
+def parse_job_count(text: str) -> int | None:
+    """A job-count column of sacctmgr (``MaxSubmitJobs``, ``GrpSubmitJobs``, ``GrpJobs``):
+    ``1000``, or empty when there is no limit."""
     return int(text) if text.strip() else None

@@ -12,6 +12,8 @@ from typing import Protocol
 
 from clusters.slurm.types import (
     AccountingEntry,
+    AccountLimits,
+    MinutesUsed,
     PartitionInfo,
     QueueEntry,
     StartEstimate,
@@ -71,8 +73,13 @@ class SlurmClient(Protocol):
     def ensure_user_association(self, *, user: str, account: str) -> bool:
         """Give a user an association with an account if absent; True when it was created."""
 
-    def account_users(self, account: str) -> list[str]:
-        """The users with an association under the account; NotFound if there is no account."""
+    def account_limits(self, account: str) -> AccountLimits:
+        """Who has an association under the account and the limits of the account's own
+        association, in one read; NotFound if Slurm has no such account on this cluster."""
+
+    def minutes_used(self, account: str) -> MinutesUsed:
+        """The account's raw GPU and CPU usage in minutes, as Slurm counts it against its
+        limits; NotFound if there is no such account."""
 
     def remove_user_association(self, *, user: str, account: str) -> bool:
         """Remove a user's association with an account; True when there was one.
@@ -81,36 +88,15 @@ class SlurmClient(Protocol):
         becomes their default first (Slurm refuses otherwise).
         """
 
-    def gpu_minutes_limit(self, account: str) -> int | None:
-        """The account's ``GrpTRESMins`` for ``gres/gpu``; None when it has none."""
-
     def set_gpu_minutes_limit(self, account: str, minutes: int | None) -> None:
         """Set the account's ``GrpTRESMins=gres/gpu=N``; None removes the limit."""
 
-    def gpu_minutes_used(self, account: str) -> int:
-        """The account's raw GPU usage in GPU-minutes, as Slurm counts it against the limit."""
-
-    def job_count_limits(self, account: str) -> dict[str, int | None]:
-        """The account association's ``GrpSubmitJobs`` (jobs queued or running at once:
-        0 refuses every sbatch) and ``GrpJobs`` (jobs running at once: 0 starts none of
-        those queued), by those names; None where there is no limit. NotFound if Slurm
-        has no such account. Neither touches a job already running."""
-
     def set_job_count_limits(self, account: str, limits: dict[str, int | None]) -> None:
-        """Set the named ones of those limits on the account's association; None clears."""
-
-    def cpu_minutes_limit(self, account: str) -> int | None:
-        """The account's ``GrpTRESMins`` for ``cpu``; None when it has none."""
+        """Set the named ones of ``AccountLimits.job_counts`` on the account's association;
+        None clears."""
 
     def set_cpu_minutes_limit(self, account: str, minutes: int | None) -> None:
         """Set the account's ``GrpTRESMins=cpu=N`` (its GPU minutes stay); None removes it."""
-
-    def cpu_minutes_used(self, account: str) -> int:
-        """The account's raw CPU usage in CPU-minutes, as Slurm counts it against the limit."""
-
-    def max_submit_jobs(self, account: str) -> int | None:
-        """The account's own ``MaxSubmitJobs`` (each user association under it inherits it
-        unless set on its own; every array task counts); None when it has none."""
 
     def set_max_submit_jobs(self, account: str, jobs: int | None) -> None:
         """Set the account's ``MaxSubmitJobs``; None removes it."""

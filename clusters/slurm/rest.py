@@ -45,6 +45,8 @@ from clusters.slurm.states import UNSTARTED_END_STATES, SlurmJobState
 from clusters.slurm.types import (
     PORTAL_ORGANIZATION,
     AccountingEntry,
+    AccountLimits,
+    MinutesUsed,
     PartitionInfo,
     QueueEntry,
     StartEstimate,
@@ -424,14 +426,21 @@ class RestClient:
             raise SlurmRejected(f"slurmrestd did not give {user!r} an association with {account!r}")
         return True
 
-    def account_users(self, account: str) -> list[str]:
+    def account_limits(self, account: str) -> AccountLimits:
         associations = self._associations(account)
-        if not associations:
+        own = next((a for a in associations if not a.get("user") and not a.get("partition")), None)
+        if own is None:
             raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
-        return sorted({a["user"] for a in associations if a.get("user")})
+        return AccountLimits(
+            users=tuple(sorted({a["user"] for a in associations if a.get("user")})),
+            gpu_minutes=gpu_minutes_limit(own),
+            cpu_minutes=cpu_minutes_limit(own),
+            max_submit_jobs=max_submit_jobs(own),
+            job_counts=job_count_limits(own),
+        )
 
     def remove_user_association(self, *, user: str, account: str) -> bool:
-        if user not in self.account_users(account):
+        if user not in self.account_limits(account).users:
             return False
         self._call(
             "DELETE",
@@ -440,7 +449,7 @@ class RestClient:
             params={"account": account, "cluster": self.cluster_name, "user": user},
             empty_ok=True,
         )
-        if user in self.account_users(account):
+        if user in self.account_limits(account).users:
             raise SlurmRejected(
                 f"slurmrestd did not remove {user}'s association with {account}; Slurm refuses "
                 "to remove a user's default account while they have others"
@@ -453,20 +462,11 @@ class RestClient:
             raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
         return association
 
-    def gpu_minutes_limit(self, account: str) -> int | None:
-        return gpu_minutes_limit(self._account_association_of(account))
-
     def set_gpu_minutes_limit(self, account: str, minutes: int | None) -> None:
         self._set_group_minutes(account, GPU_TRES, minutes, read=gpu_minutes_limit)
 
-    def cpu_minutes_limit(self, account: str) -> int | None:
-        return cpu_minutes_limit(self._account_association_of(account))
-
     def set_cpu_minutes_limit(self, account: str, minutes: int | None) -> None:
         self._set_group_minutes(account, CPU_TRES, minutes, read=cpu_minutes_limit)
-
-    def max_submit_jobs(self, account: str) -> int | None:
-        return max_submit_jobs(self._account_association_of(account))
 
     def set_max_submit_jobs(self, account: str, jobs: int | None) -> None:
         wanted = None if jobs is None else int(jobs)
@@ -501,14 +501,8 @@ class RestClient:
             return
         raise _cannot_change_account_limits(account, shown)
 
-    def job_count_limits(self, account: str) -> dict[str, int | None]:
-        association = self._account_association(account)
-        if association is None:
-            raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
-        return job_count_limits(association)
-
     def set_job_count_limits(self, account: str, limits: dict[str, int | None]) -> None:
-        current = self.job_count_limits(account)
+        current = self.account_limits(account).job_counts
         wanted = {**current, **{k: v for k, v in limits.items() if k in current}}
         if wanted == current:
             return
@@ -517,13 +511,7 @@ class RestClient:
         )
         raise _cannot_change_account_limits(account, shown)
 
-    def gpu_minutes_used(self, account: str) -> int:
-        return self._tres_minutes_used(account)
-
-    def cpu_minutes_used(self, account: str) -> int:
-        return self._tres_minutes_used(account)
-
-    def _tres_minutes_used(self, account: str) -> int:
+    def minutes_used(self, account: str) -> MinutesUsed:
         self._account_association_of(account)
         raise SlurmRejected(
             "slurmrestd 22.05 does not expose an association's TRES usage (sshare's "

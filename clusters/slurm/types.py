@@ -94,6 +94,28 @@ class AccountingEntry(NamedTuple):
 
 
 @dataclass(frozen=True)
+class AccountLimits:
+    """An account's associations on one cluster, read in one go: who has one, and the
+    limits of the account's own association (None: no limit)."""
+
+    users: tuple[str, ...]  # sorted
+    gpu_minutes: int | None  # GrpTRESMins gres/gpu
+    cpu_minutes: int | None  # GrpTRESMins cpu
+    max_submit_jobs: int | None  # MaxSubmitJobs (each user association inherits it)
+    # GrpSubmitJobs (queued or running at once: 0 refuses every sbatch) and GrpJobs
+    # (running at once: 0 starts none of those queued), by those names.
+    job_counts: dict[str, int | None]
+
+
+@dataclass(frozen=True)
+class MinutesUsed:
+    """An account's raw usage as Slurm counts it against ``GrpTRESMins`` (it decays)."""
+
+    gpu: int  # GPU-minutes
+    cpu: int  # CPU-minutes
+
+
+@dataclass(frozen=True)
 class StartEstimate:
     """Slurm's answer to ``--test-only``: when and where the job would start."""
 

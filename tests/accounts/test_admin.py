@@ -242,7 +242,7 @@ def test_the_drift_page_shows_the_last_runs_report_and_asks_slurm_nothing(
     assert f"{account}: GrpTRESMins gres/gpu None → 60" in page
     assert "As of " in page and "dry run" in page
     with pytest.raises(NotFound):
-        client_for(dev_cluster).account_users(account)  # the dry run changed nothing
+        client_for(dev_cluster).account_limits(account)  # the dry run changed nothing
 
 
 def test_the_drift_page_says_when_no_run_was_recorded(client, manny, cluster, monkeypatch):

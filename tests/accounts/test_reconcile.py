@@ -15,7 +15,7 @@ from accounts.reconcile import cpu_minutes_limit_for, gpu_minutes_limit_for, rec
 from accounts.services import membership_set, project_create
 from clusters.models import Partition
 from clusters.slurm import client_for
-from tests.slurm_accounts import DEV_CLUSTER, sacctmgr_change
+from tests.slurm_accounts import DEV_CLUSTER, account_remove, sacctmgr_change
 
 TODAY = dt.date.today()
 
@@ -82,7 +82,7 @@ def project(dev_cluster, alice, bob):
         reason="test",
     )
     yield project
-    sacctmgr_change("delete", "account", account)
+    account_remove(account)
 
 
 def only(report, project):
@@ -104,14 +104,14 @@ def test_it_creates_the_account_members_and_limit_and_a_rerun_changes_nothing(pr
     ]
     client = client_for(dev_cluster)
     with pytest.raises(Exception, match="no account"):
-        client.account_users(account)  # the dry run changed nothing
+        client.account_limits(account)  # the dry run changed nothing
 
     report = reconcile(cluster=dev_cluster)
     assert only(report, project) == only(dry, project) and report.errors == []
-    assert client.account_users(account) == ["alice", "bob"]
-    assert client.gpu_minutes_limit(account) == 600
-    assert client.cpu_minutes_limit(account) == 60000
-    assert client.max_submit_jobs(account) == 1000
+    assert client.account_limits(account).users == ("alice", "bob")
+    assert client.account_limits(account).gpu_minutes == 600
+    assert client.account_limits(account).cpu_minutes == 60000
+    assert client.account_limits(account).max_submit_jobs == 1000
     assert only(reconcile(cluster=dev_cluster), project) == []
 
 
@@ -141,7 +141,7 @@ def test_a_run_that_finds_another_writer_changing_the_cluster_reports_it_and_cha
         f"over 0 s ({tmp_path}/slurm-associations-{dev_cluster.name}.lock)"
     ]
     with pytest.raises(Exception, match="no account"):
-        client_for(dev_cluster).account_users(project.slurm_account)
+        client_for(dev_cluster).account_limits(project.slurm_account)
 
 
 @pytest.mark.slurm
@@ -150,7 +150,7 @@ def test_a_removed_member_loses_their_association(project, dev_cluster, bob):
     Membership.objects.filter(project=project, user=bob).delete()
     report = reconcile(cluster=dev_cluster)
     assert f"{project.slurm_account}: remove user bob" in only(report, project)
-    assert client_for(dev_cluster).account_users(project.slurm_account) == ["alice"]
+    assert client_for(dev_cluster).account_limits(project.slurm_account).users == ("alice",)
 
 
 @pytest.mark.slurm
@@ -163,14 +163,14 @@ def test_the_limit_follows_charges_but_keeps_room_for_held_jobs(project, dev_clu
     )
     reconcile(cluster=dev_cluster)
     # 10 granted - 3 used = 7 covered (5 available + 2 held), Slurm's own usage ~0.
-    assert client_for(dev_cluster).gpu_minutes_limit(project.slurm_account) == 7 * 60
+    assert client_for(dev_cluster).account_limits(project.slurm_account).gpu_minutes == 7 * 60
 
 
 @pytest.mark.slurm
 def test_billing_weights_convert_portal_hours_into_raw_minutes(project, dev_cluster):
     Partition.objects.filter(cluster=dev_cluster).update(billing_weight=Decimal("2"))
     reconcile(cluster=dev_cluster)
-    assert client_for(dev_cluster).gpu_minutes_limit(project.slurm_account) == 300
+    assert client_for(dev_cluster).account_limits(project.slurm_account).gpu_minutes == 300
 
 
 @pytest.mark.slurm
@@ -191,7 +191,7 @@ def test_a_member_without_a_posix_user_is_reported_not_added(project, dev_cluste
     membership_set(project=project, user=nobody, role="member")
     report = reconcile(cluster=dev_cluster)
     assert any("nobody has no POSIX user name" in w for w in report.warnings)
-    assert client_for(dev_cluster).account_users(project.slurm_account) == ["alice", "bob"]
+    assert client_for(dev_cluster).account_limits(project.slurm_account).users == ("alice", "bob")
 
 
 @pytest.mark.slurm
@@ -207,8 +207,8 @@ def test_an_account_made_by_hand_is_refused_and_given_nothing(project, dev_clust
         [error] = [e for e in report.errors if e.startswith(f"{account}:")]
         assert "the portal did not create it" in error
         assert "adds no users, associations or limits" in error
-    assert client.account_users(account) == []
-    assert client.gpu_minutes_limit(account) is None
+    assert client.account_limits(account).users == ()
+    assert client.account_limits(account).gpu_minutes is None
 
 
 @pytest.mark.slurm
@@ -374,7 +374,7 @@ def test_the_cpu_limit_follows_the_cheapest_cpu_rate(project, dev_cluster):
     )
     reconcile(cluster=dev_cluster)
     # 10 GPU-hours at the cheapest rate, 0.02: 500 CPU-hours.
-    assert client_for(dev_cluster).cpu_minutes_limit(project.slurm_account) == 500 * 60
+    assert client_for(dev_cluster).account_limits(project.slurm_account).cpu_minutes == 500 * 60
 
 
 @pytest.mark.slurm
@@ -399,4 +399,4 @@ def test_max_submit_jobs_is_set_drift_is_reported_and_members_inherit_it(project
         ]
         reconcile(cluster=dev_cluster)
         assert only(reconcile(cluster=dev_cluster, dry_run=True), project) == []
-    assert client_for(dev_cluster).max_submit_jobs(account) == 25
+    assert client_for(dev_cluster).account_limits(account).max_submit_jobs == 25

@@ -11,7 +11,7 @@ from clusters.slurm.parsing import (
     parse_alloc_gpus,
     parse_array_id,
     parse_exit_code,
-    parse_max_submit_jobs,
+    parse_job_count,
     parse_sacct,
     parse_squeue,
     parse_test_only,
@@ -95,7 +95,7 @@ def test_limits_read_from_sacctmgr_and_sshare():
     assert parse_tres_limit("gres/gpu=6000", "cpu") is None
     assert parse_tres_usage_minutes("cpu=30,mem=30000,gres/gpu=12", "cpu") == 30
     assert parse_tres_usage_minutes("", "cpu") == 0
-    assert (parse_max_submit_jobs("1000"), parse_max_submit_jobs("")) == (1000, None)
+    assert (parse_job_count("1000"), parse_job_count("")) == (1000, None)
 
 
 def test_array_ids_and_exit_codes():

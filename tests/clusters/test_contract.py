@@ -301,7 +301,7 @@ def test_accounts_and_associations_are_ensured_once(client):
         assert client.ensure_user_association(user=USER, account=account) is True
         assert client.ensure_user_association(user=USER, account=account) is False
         if limits_supported(client):
-            assert client.gpu_minutes_used(account) == 0
+            assert client.minutes_used(account).gpu == 0
     finally:
         subprocess.run(["sacctmgr", "-i", "delete", "account", account], capture_output=True)
 
@@ -334,11 +334,11 @@ def test_a_gpu_minutes_limit_makes_an_over_budget_job_pend(client):
         except SlurmRejected as refused:
             assert "22.05" in refused.message or "22.5" in refused.message
         else:
-            assert client.gpu_minutes_limit(ACCOUNT) == 1
+            assert client.account_limits(ACCOUNT).gpu_minutes == 1
         finally:
             clear_limit()
         with pytest.raises(SlurmRejected):
-            client.gpu_minutes_used(ACCOUNT)
+            client.minutes_used(ACCOUNT)
         return
     client.set_gpu_minutes_limit(ACCOUNT, 1)
     try:
@@ -370,23 +370,29 @@ def test_a_cpu_minutes_limit_and_max_submit_jobs_are_set_read_and_removed(client
                 except SlurmRejected as refused:
                     assert "22.05" in refused.message
             with pytest.raises(SlurmRejected):
-                client.cpu_minutes_used(account)
+                client.minutes_used(account)
             return
         client.set_gpu_minutes_limit(account, 50)
         client.set_cpu_minutes_limit(account, 7)
         client.set_max_submit_jobs(account, 3)
         # One TRES changes without the other; a repeat is no error.
-        assert (client.gpu_minutes_limit(account), client.cpu_minutes_limit(account)) == (50, 7)
+        assert (
+            client.account_limits(account).gpu_minutes,
+            client.account_limits(account).cpu_minutes,
+        ) == (50, 7)
         client.set_cpu_minutes_limit(account, 7)
-        assert client.max_submit_jobs(account) == 3
-        assert client.cpu_minutes_used(account) == 0
+        assert client.account_limits(account).max_submit_jobs == 3
+        assert client.minutes_used(account).cpu == 0
         # Slurm counts each array task: four are one too many.
         with pytest.raises(SlurmRejected, match="job submit limit"):
             client.submit(job(account=account, array="0-3"))
         client.set_cpu_minutes_limit(account, None)
         client.set_max_submit_jobs(account, None)
-        assert (client.cpu_minutes_limit(account), client.max_submit_jobs(account)) == (None, None)
-        assert client.gpu_minutes_limit(account) == 50
+        assert (
+            client.account_limits(account).cpu_minutes,
+            client.account_limits(account).max_submit_jobs,
+        ) == (None, None)
+        assert client.account_limits(account).gpu_minutes == 50
     finally:
         subprocess.run(["scancel", f"--account={account}"], capture_output=True)
         subprocess.run(["sacctmgr", "-i", "delete", "account", account], capture_output=True)
@@ -394,9 +400,9 @@ def test_a_cpu_minutes_limit_and_max_submit_jobs_are_set_read_and_removed(client
 
 def test_usage_of_an_unknown_account_is_not_found(client):
     with pytest.raises(NotFound):
-        client.gpu_minutes_used("no-such-account")
+        client.minutes_used("no-such-account")
     with pytest.raises(NotFound):
-        client.max_submit_jobs("no-such-account")
+        client.account_limits("no-such-account")
 
 
 @pytest.mark.parametrize("component", ["slurmctld"])
@@ -424,7 +430,7 @@ def test_the_worker_environment_is_not_passed_to_slurm_tools(client, monkeypatch
 def test_associations_are_listed_and_removed_with_the_default_account_moved(client):
     if client.__class__.__name__ == "PyslurmClient":
         with pytest.raises(SlurmRejected):
-            client.account_users(ACCOUNT)
+            client.account_limits(ACCOUNT)
         return
     first, second = (f"c{uuid.uuid4().hex[:10]}" for _ in range(2))
     user = "bob"  # a demo POSIX user; created here if the demo data is not seeded
@@ -442,13 +448,13 @@ def test_associations_are_listed_and_removed_with_the_default_account_moved(clie
             ["sacctmgr", "-i", "modify", "user", user, "set", f"DefaultAccount={first}"],
             capture_output=True,
         )
-        assert user in client.account_users(first)
+        assert user in client.account_limits(first).users
         assert client.remove_user_association(user=user, account=first) is True
         assert client.remove_user_association(user=user, account=first) is False
-        assert user not in client.account_users(first)
-        assert user in client.account_users(second)
+        assert user not in client.account_limits(first).users
+        assert user in client.account_limits(second).users
         with pytest.raises(NotFound):
-            client.account_users("no-such-account")
+            client.account_limits("no-such-account")
     finally:
         for account in (first, second):
             subprocess.run(["sacctmgr", "-i", "delete", "account", account], capture_output=True)
@@ -458,14 +464,14 @@ def test_the_gpu_minutes_limit_reads_back(client):
     if not limits_supported(client):
         # slurmrestd can still read it, even where it cannot set it.
         if isinstance(client, RestClient):
-            assert client.gpu_minutes_limit(ACCOUNT) is None
+            assert client.account_limits(ACCOUNT).gpu_minutes is None
         return
     try:
         client.set_gpu_minutes_limit(ACCOUNT, 6000)
-        assert client.gpu_minutes_limit(ACCOUNT) == 6000
+        assert client.account_limits(ACCOUNT).gpu_minutes == 6000
     finally:
         client.set_gpu_minutes_limit(ACCOUNT, None)
-    assert client.gpu_minutes_limit(ACCOUNT) is None
+    assert client.account_limits(ACCOUNT).gpu_minutes is None
 
 
 def test_job_count_limits_read_back_and_blocking_refuses_sbatch(client):
@@ -481,7 +487,7 @@ def test_job_count_limits_read_back_and_blocking_refuses_sbatch(client):
     )  # fmt: skip
     blocked = {"GrpSubmitJobs": 0, "GrpJobs": 0}
     try:
-        assert client.job_count_limits(account) == {"GrpSubmitJobs": None, "GrpJobs": None}
+        assert client.account_limits(account).job_counts == {"GrpSubmitJobs": None, "GrpJobs": None}
         if limits_supported(client):
             client.set_job_count_limits(account, blocked)
         else:
@@ -496,13 +502,16 @@ def test_job_count_limits_read_back_and_blocking_refuses_sbatch(client):
                  f"cluster={DEV_CLUSTER}", "set", "GrpSubmitJobs=0", "GrpJobs=0"],
                 capture_output=True, check=True,
             )  # fmt: skip
-        assert client.job_count_limits(account) == blocked
+        assert client.account_limits(account).job_counts == blocked
         with pytest.raises(SlurmRejected, match=r"AssocGrpSubmitJobsLimit|job submit limit"):
             client.submit(replace(job(), account=account))
         if limits_supported(client):
             client.set_job_count_limits(account, {"GrpSubmitJobs": None, "GrpJobs": 3})
-            assert client.job_count_limits(account) == {"GrpSubmitJobs": None, "GrpJobs": 3}
+            assert client.account_limits(account).job_counts == {
+                "GrpSubmitJobs": None,
+                "GrpJobs": 3,
+            }
     finally:
         subprocess.run(["sacctmgr", "-i", "delete", "account", account], capture_output=True)
     with pytest.raises(NotFound):
-        client.job_count_limits(account)
+        client.account_limits(account)

@@ -89,8 +89,9 @@ def test_plain_sbatch_cpu_only_work_is_charged_and_stopped_by_the_cpu_limit(
     assert not report.errors, report.errors
     client = client_for(dev_cluster)
     # Nothing left to cover: the CPU limit is what Slurm has counted so far.
-    assert client.cpu_minutes_limit(project.slurm_account) == client.cpu_minutes_used(
-        project.slurm_account
+    assert (
+        client.account_limits(project.slurm_account).cpu_minutes
+        == client.minutes_used(project.slurm_account).cpu
     )
     second = plain_sbatch(project.slurm_account, "true", gpus=0)
 
