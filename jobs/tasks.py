@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from celery import shared_task
+from django.conf import settings
 from django.db import DatabaseError, connection
 from django.utils import translation
 
@@ -33,7 +34,7 @@ logger = logging.getLogger(__name__)
     bind=True,
     autoretry_for=(SlurmUnavailable, DependencyNotReady),
     retry_backoff=2,
-    retry_backoff_max=30,
+    retry_backoff_max=settings.SUBMIT_RETRY_MAX_S,
     retry_jitter=True,
     max_retries=20,
 )

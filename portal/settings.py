@@ -449,6 +449,9 @@ JOB_SUBMIT_CLAIM_S = env_int("PORTAL_JOB_SUBMIT_CLAIM_S", 90, minimum=10)
 # Slurm writes late (a job's end) are not missed.
 ACCOUNTING_OVERLAP_S = env_int("PORTAL_ACCOUNTING_OVERLAP_S", 300, minimum=0)
 ESTIMATE_TIMEOUT_S = env_int("PORTAL_ESTIMATE_TIMEOUT_S", 3, minimum=1)
+# The longest wait between two tries of a submission Slurm could not take (the waits
+# double from 2 s, with jitter): how soon after Slurm returns the backlog goes in.
+SUBMIT_RETRY_MAX_S = env_int("PORTAL_SUBMIT_RETRY_MAX_S", 30, minimum=2)
 # How long a page or API call waits for a worker to read a job's output for it.
 OUTPUT_TIMEOUT_S = env_int("PORTAL_OUTPUT_TIMEOUT_S", 5, minimum=1)
 

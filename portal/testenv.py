@@ -16,6 +16,9 @@ FIRST_DB = int(os.environ.get("PORTAL_TEST_REDIS_DB", "2"))
 BROKER_DB, CACHE_DB = FIRST_DB + 2 * WORKER, FIRST_DB + 1 + 2 * WORKER
 
 os.environ.setdefault("PORTAL_ENV", "dev")
+# Submissions Slurm could not take are tried again at most 8 s apart (30 s by default):
+# the fault tests wait for a backlog to go in once Slurm is back.
+os.environ.setdefault("PORTAL_SUBMIT_RETRY_MAX_S", "8")
 # pytest-xdist's processes inherit the URLs set here in the process that starts them
 # (marked so): each sets its own. URLs given from outside are kept.
 if os.environ.get("PORTAL_TEST_REDIS_SET_HERE") or "PORTAL_BROKER_URL" not in os.environ:
