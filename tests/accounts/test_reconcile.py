@@ -279,7 +279,9 @@ def test_an_expired_project_takes_no_new_work_but_lets_running_work_finish(proje
     assert running.returncode == 0, running.stderr
     running_id = running.stdout.strip().split(";")[0]
     wait_for(lambda: queued(running_id)[0] == "RUNNING", timeout_s=60, what="the job to run")
-    later = sbatch_as("alice", account, "--begin=now+5", "--wrap=sleep 1")
+    # Queued, and held until the block is in place (however long the reconcile takes),
+    # so it cannot have started before.
+    later = sbatch_as("alice", account, "--hold", "--wrap=sleep 30")
     assert later.returncode == 0, later.stderr
     later_id = later.stdout.strip().split(";")[0]
 
@@ -290,6 +292,7 @@ def test_an_expired_project_takes_no_new_work_but_lets_running_work_finish(proje
     refused = sbatch_as("alice", account, "--wrap=true")
     assert refused.returncode != 0
     assert "AssocGrpSubmitJobsLimit" in refused.stderr
+    subprocess.run(["scontrol", "release", later_id], capture_output=True, check=True)
     # The job already queued does not start; the one running goes on.
     wait_for(
         lambda: queued(later_id) == ("PENDING", "AssocGrpJobsLimit"),

@@ -14,17 +14,19 @@ from pathlib import Path
 
 import pytest
 
+from clusters.locks import association_changes
 from clusters.models import Cluster
 from clusters.slurm import NotFound, SlurmRejected, SlurmUnavailable, client_for
 from clusters.slurm.rest import RestClient
 from clusters.slurm.states import SlurmJobState
 from clusters.slurm.types import PORTAL_ORGANIZATION, SubmitRequest
 from tests.conftest import DEV_CLUSTER, REPO, stack_value
+from tests.slurm_accounts import sacctmgr_change
 
-# Exclusive: it adds, moves and deletes accounts and associations with sacctmgr and
-# slurmrestd, and slurmdbd 22.05 crashes when another process lists associations while
-# a user's association is briefly without its account's.
-pytestmark = [pytest.mark.slurm, pytest.mark.exclusive]
+# It runs beside the other test processes: every test that adds, moves or deletes
+# accounts and associations holds the reconciler's lock (``association_lock``), as two
+# writers at once make slurmdbd lose rows; only the one that stops slurmctld is exclusive.
+pytestmark = [pytest.mark.slurm]
 STACK = str(REPO / "dev" / "stack")
 USER = "alice"
 FORGER = "bob"
@@ -38,18 +40,21 @@ def contract_account(slurm_stack):
         pwd.getpwnam(USER)
     except KeyError:
         subprocess.run(["useradd", "--create-home", USER], check=True)
-    subprocess.run(
-        ["sacctmgr", "-i", "add", "account", ACCOUNT, f"cluster={DEV_CLUSTER}"],
-        capture_output=True, check=False,
-    )  # fmt: skip
-    subprocess.run(
-        ["sacctmgr", "-i", "add", "user", USER, f"account={ACCOUNT}", f"cluster={DEV_CLUSTER}"],
-        capture_output=True, check=False,
-    )  # fmt: skip
-    clear_limit()  # a limit left by an interrupted run would hold every job of the account
+    sacctmgr_change("add", "account", ACCOUNT, f"cluster={DEV_CLUSTER}")
+    sacctmgr_change("add", "user", USER, f"account={ACCOUNT}", f"cluster={DEV_CLUSTER}")
+    with association_changes(DEV_CLUSTER):
+        clear_limit()  # a limit left by an interrupted run would hold every job of the account
+
+
+@pytest.fixture
+def association_lock():
+    """Held by a test that changes accounts or associations, for the whole test."""
+    with association_changes(DEV_CLUSTER):
+        yield
 
 
 def clear_limit() -> None:
+    """(Under the association lock.)"""
     subprocess.run(
         ["sacctmgr", "-i", "modify", "account", "where", f"name={ACCOUNT}",
          f"cluster={DEV_CLUSTER}", "set", "GrpTRESMins=gres/gpu=-1,cpu=-1", "MaxSubmitJobs=-1"],
@@ -183,12 +188,11 @@ def test_a_job_that_left_the_queue_is_found_in_accounting(client):
 @pytest.fixture
 def forger():
     """bob, with an association in the contract account: he may run jobs there too."""
-    subprocess.run(
-        ["sacctmgr", "-i", "add", "user", FORGER, f"account={ACCOUNT}", f"cluster={DEV_CLUSTER}"],
-        capture_output=True, check=False,
-    )  # fmt: skip
+    sacctmgr_change("add", "user", FORGER, f"account={ACCOUNT}", f"cluster={DEV_CLUSTER}")
     yield FORGER
-    subprocess.run(["scancel", f"--user={FORGER}"], capture_output=True, check=False)
+    subprocess.run(
+        ["scancel", f"--user={FORGER}", f"--account={ACCOUNT}"], capture_output=True, check=False
+    )
 
 
 def test_a_token_copied_onto_another_users_job_is_not_found(client, forger):
@@ -293,6 +297,7 @@ def test_an_estimate_submits_nothing(client):
     assert found(client, request) == []
 
 
+@pytest.mark.usefixtures("association_lock")
 def test_accounts_and_associations_are_ensured_once(client):
     account = f"c{uuid.uuid4().hex[:10]}"
     try:
@@ -306,6 +311,7 @@ def test_accounts_and_associations_are_ensured_once(client):
         subprocess.run(["sacctmgr", "-i", "delete", "account", account], capture_output=True)
 
 
+@pytest.mark.usefixtures("association_lock")
 def test_an_accounts_organization_tells_the_portals_accounts_from_others(client):
     account = f"c{uuid.uuid4().hex[:10]}"
     with pytest.raises(NotFound):
@@ -325,6 +331,7 @@ def limits_supported(client) -> bool:
     return client.__class__.__name__ != "RestClient"
 
 
+@pytest.mark.usefixtures("association_lock")
 def test_a_gpu_minutes_limit_makes_an_over_budget_job_pend(client):
     if not limits_supported(client):
         # slurmrestd 22.05 usually answers "success" and applies nothing (sometimes it
@@ -353,6 +360,7 @@ def test_a_gpu_minutes_limit_makes_an_over_budget_job_pend(client):
         client.set_gpu_minutes_limit(ACCOUNT, None)
 
 
+@pytest.mark.usefixtures("association_lock")
 def test_a_cpu_minutes_limit_and_max_submit_jobs_are_set_read_and_removed(client):
     # An account of its own: slurmctld's copy of the shared one's associations can lag
     # behind slurmdbd after the daemons were restarted, and other runs change its limits.
@@ -405,6 +413,7 @@ def test_usage_of_an_unknown_account_is_not_found(client):
         client.account_limits("no-such-account")
 
 
+@pytest.mark.exclusive  # it stops the controller every test process uses
 @pytest.mark.parametrize("component", ["slurmctld"])
 def test_a_stopped_controller_is_unavailable_within_the_timeout(client, component):
     subprocess.run([STACK, "stop", component], check=True, capture_output=True)
@@ -427,11 +436,8 @@ def test_the_worker_environment_is_not_passed_to_slurm_tools(client, monkeypatch
     assert os.environ["SLURM_CONF"] == "/nonexistent/slurm.conf"
 
 
+@pytest.mark.usefixtures("association_lock")
 def test_associations_are_listed_and_removed_with_the_default_account_moved(client):
-    if client.__class__.__name__ == "PyslurmClient":
-        with pytest.raises(SlurmRejected):
-            client.account_limits(ACCOUNT)
-        return
     first, second = (f"c{uuid.uuid4().hex[:10]}" for _ in range(2))
     user = "bob"  # a demo POSIX user; created here if the demo data is not seeded
     try:
@@ -460,6 +466,7 @@ def test_associations_are_listed_and_removed_with_the_default_account_moved(clie
             subprocess.run(["sacctmgr", "-i", "delete", "account", account], capture_output=True)
 
 
+@pytest.mark.usefixtures("association_lock")
 def test_the_gpu_minutes_limit_reads_back(client):
     if not limits_supported(client):
         # slurmrestd can still read it, even where it cannot set it.
@@ -474,6 +481,7 @@ def test_the_gpu_minutes_limit_reads_back(client):
     assert client.account_limits(ACCOUNT).gpu_minutes is None
 
 
+@pytest.mark.usefixtures("association_lock")
 def test_job_count_limits_read_back_and_blocking_refuses_sbatch(client):
     # An account of its own: blocking the shared one would refuse other tests' jobs.
     account = f"b{uuid.uuid4().hex[:10]}"
