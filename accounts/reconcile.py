@@ -35,9 +35,10 @@ nothing itself.
 """
 
 import math
-from contextlib import nullcontext
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import partial
 
 from django.db.models import Min
 from django.utils import timezone
@@ -260,21 +261,8 @@ def _apply(client: SlurmClient, project: Project, action: Action) -> None:
 
 def reconcile(*, cluster: Cluster, dry_run: bool = False) -> Report:
     """One pass over the cluster's projects; Slurm errors are reported, not raised, and a
-    project that failed is simply planned again by the next run. A run that changes
-    Slurm holds the cluster's association lock throughout."""
+    project that failed is simply planned again by the next run."""
     report = Report(cluster=cluster.name, dry_run=dry_run)
-    try:
-        lock = association_changes(cluster.name, wait_s=LOCK_WAIT_S)
-        with nullcontext() if dry_run else lock:
-            _reconcile_into(report, cluster)
-    except LockTimeout as exc:
-        report.errors.append(str(exc))
-    reconcile_report_save(cluster=cluster, report=report)
-    return report
-
-
-def _reconcile_into(report: Report, cluster: Cluster) -> None:
-    dry_run = report.dry_run
     client = client_for(cluster)
     for project in projects_to_reconcile(cluster):
         report.warnings += [
@@ -284,23 +272,31 @@ def _reconcile_into(report: Report, cluster: Cluster) -> None:
             .order_by("user__username")
             .values_list("user__username", flat=True)
         ]
-        try:
-            actions = _plan_project(client, cluster, project)
-            report.actions += actions
-            if not dry_run:
-                for action in actions:
-                    _apply(client, project, action)
-        except (SlurmError, NotThePortalsAccount) as exc:
-            report.errors.append(f"{project.slurm_account}: {exc}")
+        _carry_out(report, client, project, partial(_plan_project, client, cluster, project))
     for project in projects_to_block(cluster):
-        try:
-            actions = _plan_blocked_project(client, project)
+        _carry_out(report, client, project, partial(_plan_blocked_project, client, project))
+    reconcile_report_save(cluster=cluster, report=report)
+    return report
+
+
+def _carry_out(
+    report: Report, client: SlurmClient, project: Project, plan: Callable[[], list[Action]]
+) -> None:
+    """Plan one project's changes and, unless this is a dry run, make them while holding
+    the cluster's association lock (one writer at a time: slurmdbd loses rows when two
+    change associations at once). Changes another writer kept from being made are
+    reported as an error, not as actions."""
+    try:
+        actions = plan()
+        if report.dry_run or not actions:
             report.actions += actions
-            if not dry_run:
-                for action in actions:
-                    _apply(client, project, action)
-        except SlurmError as exc:
-            report.errors.append(f"{project.slurm_account}: {exc}")
+            return
+        with association_changes(client.cluster_name, wait_s=LOCK_WAIT_S):
+            report.actions += actions
+            for action in actions:
+                _apply(client, project, action)
+    except (SlurmError, NotThePortalsAccount, LockTimeout) as exc:
+        report.errors.append(f"{project.slurm_account}: {exc}")
 
 
 def reconcile_report_save(*, cluster: Cluster, report: Report) -> ReconcileReport:

@@ -135,10 +135,10 @@ def test_a_run_that_finds_another_writer_changing_the_cluster_reports_it_and_cha
             report = reconcile(cluster=dev_cluster)
         finally:
             holder.communicate("")
-    assert report.actions == []
+    assert only(report, project) == []
     assert report.errors == [
-        f"another process has been changing {dev_cluster.name}'s Slurm associations for "
-        f"over 0 s ({tmp_path}/slurm-associations-{dev_cluster.name}.lock)"
+        f"{project.slurm_account}: another process has been changing {dev_cluster.name}'s "
+        f"Slurm associations for over 0 s ({tmp_path}/slurm-associations-{dev_cluster.name}.lock)"
     ]
     with pytest.raises(Exception, match="no account"):
         client_for(dev_cluster).account_limits(project.slurm_account)
