@@ -20,11 +20,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every fault test and every test of the dev stack itself stops or restarts what the
-    whole machine shares: each is ``exclusive`` (``make test`` runs them alone)."""
+    """Every test of the dev stack itself, and every fault test but those that break only
+    processes they started themselves (``fault(own_processes=True)``), stops or restarts
+    what the whole machine shares: each is ``exclusive`` (``make test`` runs them alone)."""
     for item in items:
         in_dev = Path(str(item.fspath)).parent.name == "dev"
-        if in_dev or item.get_closest_marker("fault"):
+        fault = item.get_closest_marker("fault")
+        if in_dev or (fault and not fault.kwargs.get("own_processes")):
             item.add_marker(pytest.mark.exclusive)
 
 

@@ -26,7 +26,12 @@ from tests.conftest import running_worker
 from tests.factories import wait_for
 from tests.faults.support import assert_in_slurm_once_each, quick_job, settle, unsettled
 
-pytestmark = [pytest.mark.fault, pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
+# Its two workers with beat are its own: it runs beside the other tests.
+pytestmark = [
+    pytest.mark.fault(own_processes=True),
+    pytest.mark.slurm,
+    pytest.mark.django_db(transaction=True),
+]
 
 
 def twice_at_once(function, *args) -> None:

@@ -21,7 +21,8 @@ import pytest
 from tests.conftest import REPO, running_worker
 from tests.factories import wait_for
 
-pytestmark = [pytest.mark.fault, pytest.mark.slurm]
+# Its PostgreSQL, worker and beat are its own: it runs beside the other tests.
+pytestmark = [pytest.mark.fault(own_processes=True), pytest.mark.slurm]
 
 DATABASE = "portal_faults_pg"
 

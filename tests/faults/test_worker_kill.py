@@ -22,7 +22,12 @@ from tests.faults.support import (
     submitted,
 )
 
-pytestmark = [pytest.mark.fault, pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
+# It kills only the worker it started: it runs beside the other tests.
+pytestmark = [
+    pytest.mark.fault(own_processes=True),
+    pytest.mark.slurm,
+    pytest.mark.django_db(transaction=True),
+]
 
 FAST_CLAIM = {"PORTAL_SLURM_COMMAND_TIMEOUT_S": "5", "PORTAL_JOB_SUBMIT_CLAIM_S": "20"}
 

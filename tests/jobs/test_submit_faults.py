@@ -16,12 +16,7 @@ from jobs.tasks import submissions_sweep_task
 from tests.conftest import REPO, redis_shutdown, running_worker
 from tests.factories import request_for, wait_for
 
-# They stop slurmctld and Redis, which every other test shares.
-pytestmark = [
-    pytest.mark.slurm,
-    pytest.mark.exclusive,
-    pytest.mark.django_db(transaction=True),
-]
+pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
 
 
 def stack(*arguments: str) -> None:
@@ -45,6 +40,7 @@ def quick_job(project, workdir, index: int):
     return request_for(project, workdir, name=f"fault{index}", gpus_per_node=0, script="true\n")
 
 
+@pytest.mark.exclusive  # it stops slurmctld, which every other test shares
 def test_jobs_created_while_slurmctld_is_down_reach_slurm_once_each(
     celery_worker, make_project, dev_cluster, alice, workdir
 ):
@@ -122,6 +118,7 @@ def test_a_worker_killed_after_sbatch_does_not_cause_a_second_submission(
     assert in_slurm(dev_cluster, project.slurm_account) == {job.comment: [job.slurm_job_id]}
 
 
+@pytest.mark.exclusive  # it stops Redis, which every other test shares
 def test_a_job_saved_while_redis_is_down_is_submitted_when_it_returns(
     celery_worker, make_project, dev_cluster, alice, workdir
 ):
