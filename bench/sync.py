@@ -244,7 +244,9 @@ def real_squeue(repeat: int) -> dict[str, float] | None:
     if not slurmctld_up():
         return None
     argv = ["squeue", "--noheader", "--all", "--states=all", "-o", SQUEUE_FORMAT]
-    client = CliClient(cluster_name="portal-dev", run_as_prefix="", timeout_s=30)
+    client = CliClient(
+        cluster_name="portal-dev", run_as_prefix="runuser -u {user} --", timeout_s=30
+    )
 
     def raw() -> str:
         return subprocess.run(

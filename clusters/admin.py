@@ -48,7 +48,16 @@ class PartitionInline(admin.TabularInline):
 
 @admin.register(Cluster)
 class ClusterAdmin(admin.ModelAdmin):
+    """Superusers add and change clusters; allocation managers only view them (their
+    group's permissions): the client tools are commands the workers run, with the right
+    to act as any job owner."""
+
     list_display = ["name", "backend", "is_enabled", "created_at"]
+    fieldsets = (
+        (None, {"fields": ["name", "backend", "is_enabled", "admin_user"]}),
+        ("slurmrestd (rest backend)", {"fields": ["rest_url", "rest_api_version", "jwt_key_file"]}),
+        ("Client tools (cli backend)", {"fields": ["command_prefix", "run_as_prefix"]}),
+    )
     inlines = [PartitionInline]
 
 

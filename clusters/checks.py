@@ -7,15 +7,18 @@ from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.db import DatabaseError
 
+from clusters.prefixes import PrefixInvalid, command_prefix_argv, run_as_prefix_template
+
 
 @register()
 def check_slurm_settings(app_configs, **kwargs):
     errors = []
-    if "{user}" not in settings.SLURM_RUN_AS_PREFIX:
+    try:
+        run_as_prefix_template(settings.SLURM_RUN_AS_PREFIX)
+    except PrefixInvalid as error:
         errors.append(
             Error(
-                f"PORTAL_SLURM_RUN_AS_PREFIX={settings.SLURM_RUN_AS_PREFIX!r} has no {{user}} "
-                "placeholder, so jobs could not run as their owner.",
+                f"PORTAL_SLURM_RUN_AS_PREFIX: {error}",
                 hint="Use e.g. 'sudo -n -u {user}' or 'runuser -u {user} --'.",
                 id="clusters.E001",
             )
@@ -72,15 +75,46 @@ def check_clusters(app_configs, databases=None, **kwargs):
                     id="clusters.E005",
                 )
             )
+    cli_clusters = [c for c in clusters if c.backend == Cluster.Backend.CLI]
+    for cluster in cli_clusters:
+        errors.extend(_client_tools_errors(cluster))
     search_path = settings.SLURM_BIN_DIR or None
-    if any(c.backend == Cluster.Backend.CLI for c in clusters):
+    if any(not c.command_prefix for c in cli_clusters):
         for tool in ("sbatch", "squeue", "sacct", "sinfo", "scontrol", "sacctmgr"):
             if shutil.which(tool, path=search_path) is None:
                 errors.append(
                     Error(
-                        f"A cluster uses the cli backend but {tool!r} is not on the worker's PATH.",
-                        hint="Install the Slurm client tools or set PORTAL_SLURM_BIN_DIR.",
+                        f"A cluster uses the worker's own Slurm tools but {tool!r} is not on "
+                        "the worker's PATH.",
+                        hint="Install the Slurm client tools, set PORTAL_SLURM_BIN_DIR, or give "
+                        "the cluster a command prefix that reaches its own.",
                         id="clusters.E003",
                     )
                 )
     return errors
+
+
+def _client_tools_errors(cluster) -> list[Error]:
+    """A cli cluster's prefixes, as its fields' validators say (a row written by code
+    skips them), and the command its prefix starts."""
+    try:
+        command = command_prefix_argv(cluster.command_prefix)
+        if cluster.run_as_prefix:
+            run_as_prefix_template(cluster.run_as_prefix)
+    except PrefixInvalid as error:
+        message = f"Cluster {cluster.name!r}: {error}"
+    else:
+        if command and shutil.which(command[0]) is None:
+            message = (
+                f"Cluster {cluster.name!r}: its command prefix starts {command[0]!r}, "
+                "which the worker cannot find."
+            )
+        else:
+            return []
+    return [
+        Error(
+            message,
+            hint="Correct the cluster's client tools in the admin console (superusers).",
+            id="clusters.E006",
+        )
+    ]

@@ -1,8 +1,11 @@
 from decimal import Decimal
 
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
+
+from clusters.prefixes import PrefixInvalid, command_prefix_argv, run_as_prefix_template
 
 # An H200 GPU-hour is worth about a hundred core-hours (cloud list prices, and a node
 # of 8 GPUs has 100-200 cores), so one CPU for one hour costs 0.01 GPU-hours: a GPU
@@ -15,6 +18,20 @@ slurm_name_validator = RegexValidator(
     r"^[a-z][a-z0-9_-]{0,39}$",
     _("Use lower-case letters, digits, '-' and '_', starting with a letter (at most 40)."),
 )
+
+
+def validate_command_prefix(value: str) -> None:
+    try:
+        command_prefix_argv(value)
+    except PrefixInvalid as error:
+        raise ValidationError(str(error)) from None
+
+
+def validate_run_as_prefix(value: str) -> None:
+    try:
+        run_as_prefix_template(value)
+    except PrefixInvalid as error:
+        raise ValidationError(str(error)) from None
 
 
 class Cluster(models.Model):
@@ -47,11 +64,49 @@ class Cluster(models.Model):
         default="slurm",
         help_text=_("The Slurm administrator the portal acts as for accounts and limits."),
     )
+    # How the worker reaches the cluster's own client tools (cli backend). The prefix
+    # replaces PORTAL_SLURM_BIN_DIR, which names a folder on the worker: a cluster with a
+    # command prefix runs each tool by its bare name, found by whatever the prefix runs
+    # (a chroot's PATH, a login node's, a wrapper script's).
+    command_prefix = models.CharField(
+        max_length=255,
+        blank=True,
+        validators=[validate_command_prefix],
+        help_text=_(
+            "Put before the operator's tools (sacctmgr, squeue, sacct, sinfo, scontrol), "
+            "which the worker runs as itself, e.g. /usr/local/bin/cluster-b; split like a "
+            "shell line, run without a shell. Empty: the worker's own tools "
+            "(PORTAL_SLURM_BIN_DIR or PATH). The tools must run with TZ=UTC."
+        ),
+    )
+    run_as_prefix = models.CharField(
+        max_length=255,
+        blank=True,
+        validators=[validate_run_as_prefix],
+        help_text=_(
+            "Put before a job owner's tools (sbatch, scancel, scontrol hold/release), {user} "
+            "standing for their login, e.g. sudo -n -u {user}. Empty: "
+            "PORTAL_SLURM_RUN_AS_PREFIX. Required with a command prefix."
+        ),
+    )
     is_enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            # Otherwise the global run-as prefix would run the worker's own sbatch, and a
+            # job meant for this cluster would go to the one the worker's tools reach.
+            models.CheckConstraint(
+                condition=models.Q(command_prefix="") | ~models.Q(run_as_prefix=""),
+                name="cluster_command_prefix_needs_run_as_prefix",
+                violation_error_message=_(
+                    "A cluster reached through a command prefix needs its own run-as prefix "
+                    "too: the global one would submit its jobs with the worker's own sbatch, "
+                    "to another cluster."
+                ),
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name

@@ -18,9 +18,21 @@ from clusters.slurm import SlurmError, client_for
 logger = logging.getLogger(__name__)
 
 
-def cluster_register(*, name: str, backend: str = Cluster.Backend.CLI) -> Cluster:
-    """Register a cluster by its Slurm ClusterName; an existing one is returned unchanged."""
-    cluster, _ = Cluster.objects.get_or_create(name=name, defaults={"backend": backend})
+def cluster_register(
+    *,
+    name: str,
+    backend: str = Cluster.Backend.CLI,
+    command_prefix: str = "",
+    run_as_prefix: str = "",
+) -> Cluster:
+    """Register a cluster by its Slurm ClusterName, its client tools reached through the
+    given prefixes (see ``Cluster``); an existing one is returned unchanged.
+
+    Raises ValidationError, with the fields' own messages, for prefixes that cannot work.
+    """
+    fields = {"backend": backend, "command_prefix": command_prefix, "run_as_prefix": run_as_prefix}
+    Cluster(name=name, **fields).full_clean(validate_unique=False)
+    cluster, _ = Cluster.objects.get_or_create(name=name, defaults=fields)
     return cluster
 
 

@@ -1,4 +1,5 @@
-"""Demo data for a dev machine: POSIX users, portal users, projects, the dev cluster.
+"""Demo data for a dev machine: POSIX users, portal users, projects, the dev cluster
+and, when ``dev/cluster-next`` runs it, the second cluster ``portal-next``.
 
 Every step looks before it writes, so running it again changes nothing.
 """
@@ -23,6 +24,7 @@ from accounts.services import (
 from clusters.models import Cluster
 from clusters.services import cluster_register, partitions_sync
 from clusters.slurm import SlurmUnavailable
+from portal.devstack import CLUSTER_NEXT, NEXT_CLUSTER, is_running, script_env
 
 
 @dataclass(frozen=True)
@@ -77,12 +79,34 @@ def posix_user_ensure(username: str, full_name: str) -> bool:
     return False
 
 
+def next_cluster_register() -> Cluster | None:
+    """portal-next, reached through the prefixes ``dev/cluster-next env`` prints, when
+    ``dev/cluster-next status`` finds it running; None otherwise."""
+    if not is_running(CLUSTER_NEXT):
+        return None
+    tools = script_env(CLUSTER_NEXT)
+    return cluster_register(
+        name=tools["SLURM_CLUSTER_NAME"],
+        backend=Cluster.Backend.CLI,
+        command_prefix=tools["SLURM_COMMAND_PREFIX"],
+        run_as_prefix=tools["SLURM_RUN_AS_PREFIX"],
+    )
+
+
 def seed_demo(*, cluster_name: str, reset_passwords: bool = False) -> tuple[list[Login], list[str]]:
     """Create what is missing; return the demo logins and a log of what changed."""
     changes: list[str] = []
-    cluster = cluster_register(name=cluster_name, backend=Cluster.Backend.CLI)
-    partitions = partitions_sync(cluster=cluster)
-    changes.append(f"cluster {cluster.name}: partitions {', '.join(p.name for p in partitions)}")
+    clusters = [cluster_register(name=cluster_name, backend=Cluster.Backend.CLI)]
+    second = next_cluster_register()
+    if second is None:
+        changes.append(f"cluster {NEXT_CLUSTER}: not running (dev/cluster-next start), left out")
+    elif second != clusters[0]:
+        clusters.append(second)
+    for cluster in clusters:
+        partitions = partitions_sync(cluster=cluster)
+        changes.append(
+            f"cluster {cluster.name}: partitions {', '.join(p.name for p in partitions)}"
+        )
 
     today = timezone.localdate()
     projects = {}
@@ -93,7 +117,9 @@ def seed_demo(*, cluster_name: str, reset_passwords: bool = False) -> tuple[list
                 slug=project_spec.slug, name=project_spec.name, slurm_account=project_spec.slug
             )
             changes.append(f"project {project_spec.slug}")
-        if not project.allocations.filter(cluster=cluster).exists():
+        for cluster in clusters:
+            if project.allocations.filter(cluster=cluster).exists():
+                continue
             allocation_grant(
                 project=project,
                 cluster=cluster,
@@ -103,7 +129,10 @@ def seed_demo(*, cluster_name: str, reset_passwords: bool = False) -> tuple[list
                 actor=None,
                 reason="Demo allocation",
             )
-            changes.append(f"allocation {project_spec.gpu_hours} GPU-h for {project_spec.slug}")
+            changes.append(
+                f"allocation {project_spec.gpu_hours} GPU-h for {project_spec.slug} "
+                f"on {cluster.name}"
+            )
         projects[project_spec.slug] = project
 
     logins = []
@@ -133,8 +162,9 @@ def seed_demo(*, cluster_name: str, reset_passwords: bool = False) -> tuple[list
             membership_set(project=projects[spec.project], user=user, role=spec.role)
         logins.append(Login(spec.username, spec.what, password))
 
-    report = reconcile(cluster=cluster)
-    if report.errors:
-        raise SlurmUnavailable("; ".join(report.errors))
-    changes.extend(str(action) for action in report.actions)
+    for cluster in clusters:
+        report = reconcile(cluster=cluster)
+        if report.errors:
+            raise SlurmUnavailable(f"{cluster.name}: " + "; ".join(report.errors))
+        changes.extend(f"{cluster.name}: {action}" for action in report.actions)
     return logins, changes

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from portal.devstack import STACK, script_env
 from tests.slurm_accounts import DEV_CLUSTER, account_remove
 
 REPO = Path(__file__).resolve().parent.parent
@@ -69,10 +70,7 @@ def _migrations_seeded_rows_are_there(request):
 
 def stack_value(name: str) -> str:
     """One of the variables ``dev/stack env`` prints (the dev cluster's REST URL, JWT key…)."""
-    output = subprocess.run(
-        [str(REPO / "dev" / "stack"), "env"], capture_output=True, text=True, check=True
-    ).stdout
-    return dict(line.split("=", 1) for line in output.splitlines())[name]
+    return script_env(STACK)[name]
 
 
 def redis_shutdown() -> None:

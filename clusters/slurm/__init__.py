@@ -46,9 +46,12 @@ def client_for(cluster: Cluster, *, timeout_s: float | None = None) -> SlurmClie
     if cluster.backend == Cluster.Backend.CLI:
         return CliClient(
             cluster_name=cluster.name,
-            run_as_prefix=settings.SLURM_RUN_AS_PREFIX,
+            command_prefix=cluster.command_prefix,
+            run_as_prefix=cluster.run_as_prefix or settings.SLURM_RUN_AS_PREFIX,
             timeout_s=timeout_s,
-            bin_dir=settings.SLURM_BIN_DIR,
+            # The global folder is the worker's; a cluster behind a prefix finds its tools
+            # by the prefix (see Cluster.command_prefix).
+            bin_dir="" if cluster.command_prefix else settings.SLURM_BIN_DIR,
         )
     raise ValueError(f"cluster {cluster.name} has an unknown backend {cluster.backend!r}")
 
@@ -66,6 +69,8 @@ def shared_client_for(cluster: Cluster) -> SlurmClient:
         cluster.rest_api_version,
         cluster.jwt_key_file,
         cluster.admin_user,
+        cluster.command_prefix,
+        cluster.run_as_prefix,
     )
     client = _shared.get(key)
     if client is None:

@@ -3,17 +3,18 @@
 Commands are argument lists and scripts go on stdin. The environment is built
 from scratch, so the worker's own ``SLURM_*``/``SBATCH_*`` variables and
 secrets never reach Slurm or a job. Commands about a user's jobs (sbatch,
-scancel, scontrol hold/release) run as that user through the configured
-prefix (``runuser -u {user} --`` in dev, ``sudo -n -u {user}`` in production);
+scancel, scontrol hold/release) run as that user through the run-as prefix
+(``runuser -u {user} --`` in dev, ``sudo -n -u {user}`` in production);
 reading the queue and accounting and managing accounts run as the worker's
-own user, which must be a Slurm operator.
+own user, which must be a Slurm operator, through the command prefix when the
+cluster's tools are not the worker's own (``clusters/prefixes.py``).
 """
 
 import datetime as dt
 import os
-import shlex
 import subprocess
 
+from clusters.prefixes import command_prefix_argv, run_as_prefix_argv, run_as_prefix_template
 from clusters.slurm.errors import (
     ALREADY_ENDED_MARKERS,
     UNKNOWN_JOB_MARKERS,
@@ -109,24 +110,33 @@ class CliClient:
         cluster_name: str,
         run_as_prefix: str,
         timeout_s: float,
+        command_prefix: str = "",
         bin_dir: str = "",
     ) -> None:
+        """``command_prefix`` goes before the tools the worker runs as itself,
+        ``run_as_prefix`` (with ``{user}``) before those it runs as a job's owner, and
+        ``bin_dir`` (empty: PATH) is where the tool is, as what the prefix runs sees it.
+        A prefix that cannot be used raises ``clusters.prefixes.PrefixInvalid``."""
         self.cluster_name = cluster_name
-        self.run_as_prefix = run_as_prefix
+        self.command_argv = command_prefix_argv(command_prefix)
+        self.run_as_template = run_as_prefix_template(run_as_prefix)
         self.timeout_s = timeout_s
         self.bin_dir = bin_dir
 
     # --- running commands ------------------------------------------------------
 
-    def run_as_argv(self, user: str) -> list[str]:
-        """The run-as prefix for ``user`` as arguments (the user name is one argument)."""
-        return [part.replace("{user}", user) for part in shlex.split(self.run_as_prefix)]
+    def command(self, argv: list[str], *, as_user: str | None = None) -> list[str]:
+        """The full command line of a tool's ``argv``: the tool from ``bin_dir`` after the
+        command prefix, or after the run-as prefix for ``as_user``."""
+        tool = os.path.join(self.bin_dir, argv[0]) if self.bin_dir else argv[0]
+        if as_user is None:
+            prefix = self.command_argv
+        else:
+            prefix = run_as_prefix_argv(self.run_as_template, as_user)
+        return [*prefix, tool, *argv[1:]]
 
     def _run(self, argv: list[str], *, as_user: str | None = None, stdin: str | None = None):
-        tool = os.path.join(self.bin_dir, argv[0]) if self.bin_dir else argv[0]
-        command = [tool, *argv[1:]]
-        if as_user is not None:
-            command = [*self.run_as_argv(as_user), *command]
+        command = self.command(argv, as_user=as_user)
         try:
             completed = subprocess.run(
                 command,
@@ -142,7 +152,7 @@ class CliClient:
         except subprocess.TimeoutExpired as exc:
             raise SlurmUnavailable(f"{argv[0]} gave no answer within {self.timeout_s:g} s") from exc
         except FileNotFoundError as exc:
-            raise SlurmUnavailable(f"{tool} is not installed on this worker") from exc
+            raise SlurmUnavailable(f"{command[0]} is not installed on this worker") from exc
         if completed.returncode != 0:
             message = (completed.stderr or completed.stdout).strip() or (
                 f"{argv[0]} exited with status {completed.returncode}"

@@ -1,4 +1,5 @@
-"""The cli adapter's parsers on output recorded from the dev cluster."""
+"""The cli adapter's parsers on output recorded from the dev clusters: portal-dev
+(Slurm 22.05) and portal-next (Slurm 24.11, the ``*-24.11.txt`` fixtures)."""
 
 import datetime as dt
 from pathlib import Path
@@ -6,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from clusters.slurm.cli import export_argument, sbatch_arguments
+from clusters.slurm.errors import UNKNOWN_JOB_MARKERS, NotFound, error_from_message, says
 from clusters.slurm.parsing import (
     parse_alloc_cpus,
     parse_alloc_gpus,
@@ -13,13 +15,14 @@ from clusters.slurm.parsing import (
     parse_exit_code,
     parse_job_count,
     parse_sacct,
+    parse_sinfo_partitions,
     parse_squeue,
     parse_test_only,
     parse_tres_limit,
     parse_tres_usage_minutes,
 )
 from clusters.slurm.states import SlurmJobState
-from clusters.slurm.types import SubmitRequest
+from clusters.slurm.types import PartitionInfo, SubmitRequest, with_unstarted_ends
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "cli"
 
@@ -157,3 +160,82 @@ def test_the_environment_is_exported_explicitly_or_not_at_all():
     assert export_argument({"A": "1", "B": "x y"}) == "--export=A=1,B=x y"
     with pytest.raises(ValueError, match="'B'"):
         export_argument({"B": "a,b"})
+
+
+# --- Slurm 24.11 (portal-next), the same formats --------------------------------------
+
+
+def at(hour: int, minute: int, second: int) -> dt.datetime:
+    return dt.datetime(2026, 12, 3, hour, minute, second, tzinfo=dt.UTC)
+
+
+def test_24_11s_queue_reads_as_22_05s():
+    jobs = {entry.job_id: entry for entry in parse_squeue(recorded("squeue-24.11.txt"))}
+    assert set(jobs) == {3, 4, 5, 6, 7, 8, 9, 10, 11}
+    assert jobs[3].name == "caf\ufffd-\ufffd" and jobs[3].state == SlurmJobState.COMPLETED
+    assert jobs[4].name == "pipe|name"
+    assert jobs[4].comment == "portal:11111111-2222-3333-4444-555555555555"
+    assert (jobs[4].state, jobs[4].started_at) == (SlurmJobState.RUNNING, at(15, 58, 28))
+    assert (jobs[6].array_job_id, jobs[6].array_task, jobs[6].reason) == (6, "0-5%2", "Dependency")
+    assert jobs[7].reason == "JobHeldUser" and jobs[7].started_at is None
+    assert (jobs[8].state, jobs[8].reason) == (SlurmJobState.PENDING, "BeginTime")  # requeued
+    assert jobs[8].started_at is None  # its expected start is not a start
+    assert jobs[9].state == SlurmJobState.CANCELLED
+    assert jobs[10].time_limit_minutes == 1 and jobs[5].state == SlurmJobState.FAILED
+
+
+def test_24_11s_accounting_reads_as_22_05s():
+    jobs = {entry.job_id: entry for entry in parse_sacct(recorded("sacct-24.11.txt"))}
+    assert (jobs[3].state, jobs[3].allocated_gpus, jobs[3].allocated_cpus) == (
+        SlurmJobState.COMPLETED, 1, 1
+    )  # fmt: skip
+    assert jobs[4].comment == "portal:11111111-2222-3333-4444-555555555555"
+    assert (jobs[4].elapsed_s, jobs[4].ended_at) == (60, at(15, 59, 28))
+    assert (jobs[5].state, jobs[5].exit_code, jobs[5].signal) == (SlurmJobState.FAILED, 7, 0)
+    assert jobs[8].state == SlurmJobState.REQUEUED
+    assert (jobs[10].state, jobs[10].elapsed_s) == (SlurmJobState.TIMEOUT, 84)
+    tasks = {e.array_task: e.job_id for e in jobs.values() if e.array_job_id == 6}
+    assert tasks == {"0": 31, "1": 32, "2": 33, "3": 34, "4": 35, "5": 6}
+
+
+def test_24_11_accounts_a_refused_submission_as_a_failed_job_that_never_started():
+    # sbatch was refused ("Requested node configuration is not available") yet 24.11
+    # keeps the job: FAILED, exit 1, no allocation, and Start "None" where 22.05
+    # printed the submit time. It never ran, so it uses nothing.
+    refused = next(e for e in parse_sacct(recorded("sacct-24.11.txt")) if e.job_id == 13)
+    assert (refused.state, refused.exit_code) == (SlurmJobState.FAILED, 1)
+    assert refused.started_at is None and refused.ended_at == at(15, 58, 35)
+    assert (refused.allocated_gpus, refused.allocated_cpus, refused.elapsed_s) == (0, 0, 0)
+
+
+def test_24_11s_job_cancelled_while_it_waited_is_read_from_the_second_read():
+    ended = parse_sacct(recorded("sacct-24.11.txt"))
+    unstarted = parse_sacct(recorded("sacct-unstarted-24.11.txt"))
+    [cancelled] = unstarted
+    assert (cancelled.job_id, cancelled.state) == (9, SlurmJobState.CANCELLED)  # "by 1001"
+    assert cancelled.started_at is None and cancelled.allocated_gpus == 0
+    assert 9 not in {e.job_id for e in ended}
+    assert 9 in {e.job_id for e in with_unstarted_ends(ended, unstarted)}
+
+
+def test_24_11s_partitions_start_estimate_and_usage():
+    assert parse_sinfo_partitions(recorded("sinfo-24.11.txt")) == [
+        PartitionInfo("batch", True, True, 7 * 24 * 60, 1, 4, "b200", 4),
+        PartitionInfo("short", False, True, 60, 1, 4, "b200", 4),
+    ]
+    estimate = parse_test_only(recorded("testonly-24.11.txt"))
+    assert (estimate.starts_at, estimate.nodes) == (at(16, 8, 35), "next1")
+    # 24.11 adds gres/gpumem and gres/gpuutil beside gres/gpu: only gres/gpu is GPU usage.
+    [line] = [ln for ln in recorded("sshare-24.11.txt").splitlines() if ln.startswith("record24|")]
+    raw = line.split("|")[2]
+    assert "gres/gpumem=0" in raw and "gres/gpuutil=0" in raw
+    used = raw.replace("gres/gpu=0", "gres/gpu=12").replace("gres/gpumem=0", "gres/gpumem=800")
+    assert parse_tres_usage_minutes(used, "gres/gpu") == 12
+    assert parse_tres_usage_minutes(used.replace("cpu=0", "cpu=30"), "cpu") == 30
+
+
+def test_24_11s_scancel_of_an_unknown_job_is_not_found():
+    output = recorded("scancel-unknown-24.11.txt")  # scancel exits 0 even so
+    errors = "\n".join(line for line in output.splitlines() if "error:" in line)
+    assert says(errors, UNKNOWN_JOB_MARKERS)
+    assert isinstance(error_from_message(errors), NotFound)

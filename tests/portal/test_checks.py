@@ -78,3 +78,24 @@ def test_a_rest_cluster_without_url_or_readable_key_is_an_error(tmp_path):
 
     Cluster.objects.create(name="remote", backend="rest", jwt_key_file=str(tmp_path / "missing"))
     assert {"clusters.E004", "clusters.E005"} <= check_ids(databases=["default"])
+
+
+@pytest.mark.django_db
+def test_a_cluster_behind_a_command_prefix_needs_its_prefixs_program_not_the_workers_tools(
+    tmp_path,
+):
+    from clusters.models import Cluster
+
+    Cluster.objects.create(name="b", command_prefix="/usr/bin/env", run_as_prefix="x {user}")
+    with override_settings(SLURM_BIN_DIR=str(tmp_path)):  # no Slurm tools in it
+        assert not {"clusters.E003", "clusters.E006"} & check_ids(databases=["default"])
+        Cluster.objects.filter(name="b").update(command_prefix=str(tmp_path / "gone"))
+        assert "clusters.E006" in check_ids(databases=["default"])
+
+
+@pytest.mark.django_db
+def test_a_cluster_row_with_a_prefix_that_cannot_be_split_is_an_error():
+    from clusters.models import Cluster
+
+    Cluster.objects.create(name="b", command_prefix="/usr/bin/env", run_as_prefix="x '{user}")
+    assert "clusters.E006" in check_ids(databases=["default"])

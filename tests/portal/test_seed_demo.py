@@ -9,7 +9,9 @@ import pytest
 from django.core.management import call_command
 
 from accounts.models import Allocation, Membership, Project, User
-from clusters.models import Partition
+from clusters.models import Cluster, Partition
+from clusters.slurm import client_for
+from portal.devstack import CLUSTER_NEXT, NEXT_CLUSTER, is_running, script_env
 
 pytestmark = pytest.mark.slurm
 
@@ -47,8 +49,11 @@ def test_it_creates_the_demo_world_and_a_rerun_changes_nothing(db, slurm_stack):
     assert not Membership.objects.filter(user__username="olga", project__slug="vision").exists()
     manny = User.objects.get(username="manny")
     assert manny.is_staff and manny.groups.filter(name="Allocation managers").exists()
-    assert Allocation.objects.filter(state="active").count() == 2
-    assert {"gpu", "debug"} <= set(Partition.objects.values_list("name", flat=True))
+    on_dev = Allocation.objects.filter(state="active", cluster__name="portal-dev")
+    assert sorted(on_dev.values_list("project__slug", flat=True)) == ["genomics", "vision"]
+    assert {"gpu", "debug"} <= set(
+        Partition.objects.filter(cluster__name="portal-dev").values_list("name", flat=True)
+    )
     for name in ("alice", "bob", "pat", "olga"):
         assert pwd.getpwnam(name).pw_uid != 0
 
@@ -88,3 +93,23 @@ def test_a_demo_researchers_gpu_job_runs_as_them_and_is_accounted(db, slurm_stac
     output = f"{home}/seed-test-{job_id}.out"
     with open(output) as handle:
         assert handle.read().strip() == "alice"
+
+
+def test_portal_next_is_seeded_when_it_runs(db, slurm_stack):
+    if not is_running(CLUSTER_NEXT):
+        pytest.skip(f"{NEXT_CLUSTER} is not running: dev/cluster-next start")
+    seed()
+    tools = script_env(CLUSTER_NEXT)
+    cluster = Cluster.objects.get(name=NEXT_CLUSTER)
+    assert (cluster.backend, cluster.command_prefix, cluster.run_as_prefix) == (
+        "cli",
+        tools["SLURM_COMMAND_PREFIX"],
+        tools["SLURM_RUN_AS_PREFIX"],
+    )
+    partitions = {p.name: p for p in cluster.partitions.all()}
+    assert partitions["batch"].is_default and partitions["short"].max_time_minutes == 60
+    assert (partitions["short"].gpus_per_node, partitions["short"].gpu_type) == (4, "b200")
+    on_next = Allocation.objects.filter(state="active", cluster=cluster)
+    assert sorted(on_next.values_list("project__slug", flat=True)) == ["genomics", "vision"]
+    # The reconciler gave portal-next's Slurm the projects' accounts and members.
+    assert {"alice", "bob", "pat"} <= set(client_for(cluster).account_limits("vision").users)

@@ -7,7 +7,8 @@ from portal.demo import seed_demo
 class Command(BaseCommand):
     help = (
         "Create demo POSIX and portal users, two projects with allocations and the dev "
-        "cluster with its partitions. Safe to re-run: only what is missing is created."
+        "cluster with its partitions, and the same on portal-next when dev/cluster-next "
+        "runs it. Safe to re-run: only what is missing is created."
     )
 
     def add_arguments(self, parser):
@@ -23,8 +24,7 @@ class Command(BaseCommand):
             logins, changes = seed_demo(cluster_name=cluster, reset_passwords=reset_passwords)
         except SlurmError as exc:
             raise CommandError(
-                f"Slurm cluster {cluster!r} did not answer: {exc}. "
-                "Start the dev stack first: dev/stack start"
+                f"Slurm did not answer: {exc}. Start the dev stack first: dev/stack start"
             ) from exc
         for change in changes:
             self.stdout.write(f"  {change}")
