@@ -22,12 +22,40 @@ def _environment_text(environment: dict[str, str]) -> str:
     return "\n".join(f"{name}={value}" for name, value in environment.items())
 
 
+def partition_choice(cluster: str, partition: str) -> str:
+    """The composer's value for a partition: the same name may exist on two clusters."""
+    return f"{cluster}/{partition}"
+
+
+class PartitionField(forms.ChoiceField):
+    """A partition as ``cluster/partition``; a bare name is taken when one cluster has it."""
+
+    def to_python(self, value):
+        value = super().to_python(value)
+        if value and "/" not in value:
+            matches = [v for v in self.values if v.endswith(f"/{value}")]
+            if len(matches) == 1:
+                return matches[0]
+        return value
+
+    @property
+    def values(self) -> list[str]:
+        return [str(value) for value, _label in self.flat_choices]
+
+    @property
+    def flat_choices(self) -> list[tuple]:
+        flat = []
+        for value, label in self.choices:
+            flat.extend(label if isinstance(label, list | tuple) else [(value, label)])
+        return flat
+
+
 class JobForm(forms.Form):
     project = forms.ChoiceField(label=_("Project"))
     template = forms.TypedChoiceField(
         label=_("Template"), required=False, coerce=int, empty_value=None
     )
-    partition = forms.ChoiceField(label=_("Partition"))
+    partition = PartitionField(label=_("Partition"))
     name = forms.CharField(label=_("Job name"), max_length=64)
     nodes = forms.IntegerField(label=_("Nodes"), initial=1)
     gpus_per_node = forms.IntegerField(label=_("GPUs per node"), initial=1)
@@ -64,13 +92,24 @@ class JobForm(forms.Form):
         cast(forms.ChoiceField, self.fields["project"]).choices = [
             (p.slug, p.name) for p in projects
         ]
-        cast(forms.ChoiceField, self.fields["partition"]).choices = [
-            (p.name, f"{p.name} ({p.cluster.name})") for p in partitions
-        ]
+        self.partitions = {partition_choice(p.cluster.name, p.name): p for p in partitions}
+        clusters = sorted({p.cluster.name for p in partitions})
+        choices: list = [(value, p.name) for value, p in self.partitions.items()]
+        if len(clusters) > 1:  # grouped by cluster, in the order the partitions came
+            choices = [
+                (
+                    cluster,
+                    [(v, p.name) for v, p in self.partitions.items() if p.cluster.name == cluster],
+                )
+                for cluster in clusters
+            ]
+        field = cast(PartitionField, self.fields["partition"])
+        field.choices = choices
+        if self.initial.get("partition"):  # a template's, by name
+            self.initial["partition"] = field.to_python(self.initial["partition"])
         cast(forms.ChoiceField, self.fields["template"]).choices = [("", _("Blank"))] + [
             (t.pk, t.name) for t in templates
         ]
-        self.partitions = {p.name: p for p in partitions}
 
     def clean_environment(self) -> dict[str, str]:
         environment: dict[str, str] = {}
@@ -88,9 +127,11 @@ class JobForm(forms.Form):
 
     def job_request(self) -> JobRequest:
         data = self.cleaned_data
+        partition = self.partitions[data["partition"]]
         return JobRequest(
             project=data["project"],
-            partition=data["partition"],
+            cluster=partition.cluster.name,
+            partition=partition.name,
             name=data["name"],
             nodes=data["nodes"],
             gpus_per_node=data["gpus_per_node"],
@@ -124,7 +165,7 @@ def initial_from_job(job: Job) -> dict:
     """A finished job's request, to submit again as a new job."""
     return {
         "project": job.project.slug,
-        "partition": job.partition.name,
+        "partition": partition_choice(job.cluster.name, job.partition.name),
         "name": job.name,
         "nodes": job.nodes,
         "gpus_per_node": job.gpus_per_node,

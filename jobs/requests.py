@@ -20,7 +20,7 @@ from accounts.permissions import membership_of
 from accounts.selectors import max_submit_jobs_for
 from clusters.errors import NoSuchCluster
 from clusters.models import Cluster, Partition
-from clusters.selectors import cluster_named
+from clusters.selectors import cluster_named, clusters_enabled
 from jobs import paths, pricing, scripts, specs
 from jobs.errors import JobInvalid
 from jobs.models import Job, JobTemplate
@@ -131,7 +131,13 @@ def _project(user: User, slug: str | None) -> Project:
     return membership.project
 
 
-def _cluster(name: str | None) -> Cluster:
+def _cluster(name: str | None, partition: str | None) -> Cluster:
+    """The cluster named; left out, the one whose partition is named, if only one has
+    it, or else the only cluster."""
+    if not name and partition:
+        found = list(clusters_enabled().filter(partitions__name=partition).distinct()[:2])
+        if len(found) == 1:
+            return found[0]
     try:
         return cluster_named(name)
     except NoSuchCluster as error:
@@ -250,7 +256,7 @@ def job_prepare(*, user: User, request: JobRequest, submit_token: str = "") -> P
     posix_user = _posix_user(user)
     values, template = _with_defaults(request, user)
     project = _project(user, values.get("project"))
-    cluster = _cluster(values.get("cluster"))
+    cluster = _cluster(values.get("cluster"), values.get("partition"))
     partition = _partition(cluster, values.get("partition"))
     working_directory, output_path, error_path = _paths(values, posix_user)
     environment = _environment(values)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from portal.devstack import STACK, script_env
-from tests.slurm_accounts import DEV_CLUSTER, account_remove
+from tests.slurm_accounts import DEV_CLUSTER, SlurmOperator
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -162,6 +162,25 @@ def dev_cluster(db, slurm_stack, celery_worker):
     return cluster
 
 
+@pytest.fixture
+def next_cluster(db, slurm_stack, celery_worker):
+    """The second dev cluster, portal-next (the other Debian release's Slurm in a root of
+    its own, ``dev/cluster-next``), registered with its client tools' prefixes, its
+    partitions and a probe, like ``dev_cluster``. ``make test`` starts it; with
+    PORTAL_CLUSTER_NEXT=off the stack leaves it out and these tests are skipped."""
+    from clusters.services import cluster_probe, partitions_sync
+    from portal.demo import next_cluster_register
+
+    if os.environ.get("PORTAL_CLUSTER_NEXT") == "off":
+        pytest.skip("PORTAL_CLUSTER_NEXT=off: the stack runs no portal-next")
+    cluster = next_cluster_register()
+    if cluster is None:
+        pytest.fail("portal-next is not running; `dev/stack start` starts it", pytrace=False)
+    partitions_sync(cluster=cluster)
+    cluster_probe(cluster=cluster)
+    return cluster
+
+
 def _user(username: str, **extra):
     from accounts.services import user_create
 
@@ -270,38 +289,40 @@ TODAY = dt.date.today()
 
 @pytest.fixture
 def make_project(dev_cluster):
-    """make_project(members={user: role}, gpu_hours=…, in_slurm=True): a project with an
-    active allocation on the dev cluster; with ``in_slurm`` the reconciler has given
-    its account, associations and limit to Slurm. The Slurm account is unique per test."""
+    """make_project(members={user: role}, gpu_hours=…, in_slurm=True, clusters=…): a
+    project with an active allocation on each of ``clusters`` (the dev cluster unless
+    told); with ``in_slurm`` the reconciler has given its account, associations and
+    limit to each cluster's Slurm. The Slurm account is unique per test."""
     from accounts.ledger import allocation_grant
     from accounts.reconcile import reconcile
     from accounts.services import membership_set, project_create
 
-    accounts = []
+    made: list[tuple[str, object]] = []
 
-    def make(*, members, gpu_hours=100, in_slurm=True):
+    def make(*, members, gpu_hours=100, in_slurm=True, clusters=(dev_cluster,)):
         account = f"j{uuid.uuid4().hex[:10]}"
-        accounts.append(account)
         project = project_create(slug=account, name=f"Jobs {account}", slurm_account=account)
         for user, role in members.items():
             membership_set(project=project, user=user, role=role)
-        allocation_grant(
-            project=project,
-            cluster=dev_cluster,
-            gpu_hours=gpu_hours,
-            starts_on=TODAY - dt.timedelta(days=1),
-            ends_on=TODAY + dt.timedelta(days=30),
-            actor=None,
-            reason="test",
-        )
-        if in_slurm:
-            report = reconcile(cluster=dev_cluster)
-            assert not report.errors, report.errors
+        for cluster in clusters:
+            made.append((account, cluster))
+            allocation_grant(
+                project=project,
+                cluster=cluster,
+                gpu_hours=gpu_hours,
+                starts_on=TODAY - dt.timedelta(days=1),
+                ends_on=TODAY + dt.timedelta(days=30),
+                actor=None,
+                reason="test",
+            )
+            if in_slurm:
+                report = reconcile(cluster=cluster)
+                assert not report.errors, report.errors
         return project
 
     yield make
-    for account in accounts:
-        account_remove(account)
+    for account, cluster in made:
+        SlurmOperator(cluster.name, cluster.command_prefix).account_remove(account)
 
 
 @pytest.fixture
