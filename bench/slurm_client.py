@@ -1,15 +1,18 @@
-"""Latency of the Slurm client's submit, queue listing and accounting query.
+"""Latency of the Slurm client's submit, queue listing and accounting query, per cluster.
 
-For each available adapter, beside the fastest raw way to get the same fields
+For each dev cluster that runs (portal-dev on the host's Slurm, portal-next on the other
+Debian release's) and each adapter, beside the fastest raw way to get the same fields
 (measured in the same run): `sbatch --parsable`, `squeue --noheader -o` and
-`sacct -P -o` with the adapter's own formats (and, for the rest adapter,
-slurmrestd's `GET /jobs` with a fresh and an unchanged `update_time`).
+`sacct -P -o` with the adapter's own formats, run through the same prefixes the cli
+adapter uses (and, for the rest adapter, slurmrestd's `GET /jobs` at the version the
+adapter chose, with a fresh and an unchanged `update_time`).
 
-    .venv/bin/python bench/slurm_client.py [--queued 1000] [--accounted 1000] [--repeat 7]
+    .venv/bin/python bench/slurm_client.py [--cluster NAME] [--queued 1000] [--accounted 1000]
+                                           [--repeat 7]
 
 Needs the dev stack and the demo data (`make up`, or `dev/stack start` and
-`manage.py seed_demo`). It leaves 1,000 finished jobs in accounting (they are
-what it measures) and cancels the jobs it queued.
+`manage.py seed_demo`). It leaves 1,000 finished jobs in each cluster's accounting
+(they are what it measures) and cancels the jobs it queued.
 """
 
 import argparse
@@ -36,22 +39,63 @@ from django.conf import settings  # noqa: E402
 
 from clusters.models import Cluster  # noqa: E402
 from clusters.slurm import client_for  # noqa: E402
-from clusters.slurm.cli import sbatch_arguments, slurm_environment  # noqa: E402
+from clusters.slurm.cli import CliClient, sbatch_arguments, slurm_environment  # noqa: E402
 from clusters.slurm.jwt import mint_token  # noqa: E402
 from clusters.slurm.parsing import FIELD_SEPARATOR, SACCT_FORMAT, SQUEUE_FORMAT  # noqa: E402
+from clusters.slurm.rest import RestClient  # noqa: E402
 from clusters.slurm.types import SubmitRequest  # noqa: E402
+from portal.devstack import CLUSTER_NEXT, STACK, is_running, script_env  # noqa: E402
 
-USER, ACCOUNT, PARTITION = "alice", "vision", "debug"
+USER, ACCOUNT = "alice", "vision"
 QUEUED_NAME, ACCOUNTED_NAME = "bench-queued", "bench-accounted"
-STACK = Path(__file__).resolve().parent.parent / "dev" / "stack"
 
 
-def request(name: str, *, after_ok: tuple[int, ...] = (), script: str = "true") -> SubmitRequest:
+class Target:
+    """One dev cluster: its registration (prefixes, REST URL and key) and a short partition."""
+
+    def __init__(self, script: Path, partition: str) -> None:
+        env = script_env(script)
+        self.partition = partition
+        self.cluster = Cluster(
+            name=env["SLURM_CLUSTER_NAME"],
+            rest_url=env["SLURM_REST_URL"],
+            jwt_key_file=env["SLURM_JWT_KEY_FILE"],
+            admin_user="slurm",
+            command_prefix=env.get("SLURM_COMMAND_PREFIX", ""),
+            run_as_prefix=env.get("SLURM_RUN_AS_PREFIX", ""),
+        )
+        self.tools = CliClient(
+            cluster_name=self.cluster.name,
+            command_prefix=self.cluster.command_prefix,
+            run_as_prefix=self.cluster.run_as_prefix or settings.SLURM_RUN_AS_PREFIX,
+            timeout_s=60,
+        )
+
+    def run(self, argv: list[str], stdin: str | None = None, *, as_user: str | None = None) -> str:
+        """A tool as the cli adapter runs it: through the cluster's prefix."""
+        return run(self.tools.command(argv, as_user=as_user), stdin)
+
+
+def targets(wanted: str | None) -> list[Target]:
+    found = [Target(STACK, "debug")]
+    if is_running(CLUSTER_NEXT):
+        found.append(Target(CLUSTER_NEXT, "short"))
+    else:
+        print("portal-next: not running (dev/stack start), not measured", file=sys.stderr)
+    chosen = [t for t in found if wanted in (None, t.cluster.name)]
+    if not chosen:
+        raise SystemExit(f"no running dev cluster is named {wanted!r}")
+    return chosen
+
+
+def request(
+    target: Target, name: str, *, after_ok: tuple[int, ...] = (), script: str = "true"
+) -> SubmitRequest:
     return SubmitRequest(
         user=USER,
         script=f"#!/bin/bash\n{script}\n",
         account=ACCOUNT,
-        partition=PARTITION,
+        partition=target.partition,
         name=name,
         time_limit_minutes=1,
         working_directory="/tmp",
@@ -68,22 +112,23 @@ def run(argv: list[str], stdin: str | None = None) -> str:
     ).stdout
 
 
-def raw_sbatch(job: SubmitRequest) -> str:
-    argv = ["runuser", "-u", job.user, "--", "sbatch", "--parsable", *sbatch_arguments(job)]
-    return run(argv, job.script)
+def raw_sbatch(target: Target, job: SubmitRequest) -> str:
+    argv = ["sbatch", "--parsable", *sbatch_arguments(job)]
+    return target.run(argv, job.script, as_user=job.user)
 
 
-def raw_rest_jobs() -> Callable[[], object]:
-    """slurmrestd's GET /jobs with a token, the JSON decoded: the floor for the rest adapter."""
-    env = dict(line.split("=", 1) for line in run([str(STACK), "env"]).splitlines())
-    key = Path(env["SLURM_JWT_KEY_FILE"]).read_bytes()
+def raw_rest_jobs(target: Target, rest: RestClient) -> Callable[[], object]:
+    """slurmrestd's GET /jobs with a token, the JSON decoded, at the version the adapter
+    chose: the floor for the rest adapter."""
+    key = Path(target.cluster.jwt_key_file).read_bytes()
     token = mint_token(key=key, user="slurm", issued_at=int(time.time()), lifetime_s=600)
     client = httpx.Client(
-        base_url=env["SLURM_REST_URL"],
+        base_url=target.cluster.rest_url,
         headers={"X-SLURM-USER-NAME": "slurm", "X-SLURM-USER-TOKEN": token},
         timeout=60,
     )
-    return lambda: client.get("/slurm/v0.0.38/jobs").json()
+    path = rest._slurm("/jobs")
+    return lambda: client.get(path).json()
 
 
 def paired_median_ms(
@@ -107,51 +152,60 @@ def median_ms(action: Callable[[], object], repeat: int) -> float:
     return statistics.median(timings)
 
 
-def count_jobs(name: str, since: str) -> int:
-    output = run(["sacct", "-a", "-X", "-n", "-P", f"--name={name}", f"-S{since}", "-o", "State"])
-    return sum(1 for line in output.splitlines() if line == "COMPLETED")
+def count_jobs(target: Target, name: str, since: str) -> int:
+    argv = ["sacct", "-a", "-X", "-n", "-P", f"--name={name}", f"-S{since}", "-o", "State"]
+    return sum(1 for line in target.run(argv).splitlines() if line == "COMPLETED")
 
 
-def prepare(queued: int, accounted: int, since: str) -> int:
+def prepare(target: Target, queued: int, accounted: int, since: str) -> int:
     """Fill accounting with finished jobs and the queue with pending ones; return the blocker."""
-    missing = accounted - count_jobs(ACCOUNTED_NAME, since)
+    name = target.cluster.name
+    missing = accounted - count_jobs(target, ACCOUNTED_NAME, since)
     if missing > 0:
-        print(f"submitting {missing} short jobs for accounting…", file=sys.stderr)
+        print(f"{name}: submitting {missing} short jobs for accounting…", file=sys.stderr)
         for _ in range(missing):
-            raw_sbatch(request(ACCOUNTED_NAME))
+            raw_sbatch(target, request(target, ACCOUNTED_NAME))
         deadline = time.monotonic() + 600
-        while count_jobs(ACCOUNTED_NAME, since) < accounted:
+        while count_jobs(target, ACCOUNTED_NAME, since) < accounted:
             if time.monotonic() > deadline:
                 raise SystemExit("the accounting jobs did not finish in 10 minutes")
             time.sleep(1)
-    blocker = int(raw_sbatch(request(QUEUED_NAME, script="sleep 600")).split(";")[0])
-    run(["scontrol", "hold", str(blocker)])
-    print(f"queueing {queued} pending jobs…", file=sys.stderr)
+    blocker = int(
+        raw_sbatch(target, request(target, QUEUED_NAME, script="sleep 600")).split(";")[0]
+    )
+    target.run(["scontrol", "hold", str(blocker)])
+    print(f"{name}: queueing {queued} pending jobs…", file=sys.stderr)
     for _ in range(queued):
-        raw_sbatch(request(QUEUED_NAME, after_ok=(blocker,)))
+        raw_sbatch(target, request(target, QUEUED_NAME, after_ok=(blocker,)))
     return blocker
 
 
-def clients() -> dict[str, object]:
-    env = dict(line.split("=", 1) for line in run([str(STACK), "env"]).splitlines())
+def clients(target: Target) -> dict[str, object]:
     found = {}
     for backend in Cluster.Backend.values:
         cluster = Cluster(
-            name="portal-dev",
+            name=target.cluster.name,
             backend=backend,
-            rest_url=env["SLURM_REST_URL"],
-            jwt_key_file=env["SLURM_JWT_KEY_FILE"],
+            rest_url=target.cluster.rest_url,
+            jwt_key_file=target.cluster.jwt_key_file,
             admin_user="slurm",
+            command_prefix=target.cluster.command_prefix,
+            run_as_prefix=target.cluster.run_as_prefix,
         )
         try:
-            found[backend] = client_for(cluster, timeout_s=60)
+            client = client_for(cluster, timeout_s=60)
+            if isinstance(client, RestClient):
+                client.ping()  # a version this client does not speak is said here
         except Exception as exc:  # noqa: BLE001 - an adapter that cannot be built is skipped
-            print(f"{backend}: not measured ({exc})", file=sys.stderr)
+            print(f"{target.cluster.name} {backend}: not measured ({exc})", file=sys.stderr)
+            continue
+        found[backend] = client
     return found
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cluster", help="one dev cluster (default: each that runs)")
     parser.add_argument("--queued", type=int, default=1000)
     parser.add_argument("--accounted", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=7)
@@ -159,28 +213,29 @@ def main() -> None:
 
     window_start = dt.datetime.now(dt.UTC) - dt.timedelta(hours=6)
     since = window_start.strftime("%Y-%m-%dT%H:%M:%S")
-    blocker = prepare(args.queued, args.accounted, since)
-    try:
-        figures = measure(clients(), blocker, window_start, since, args.repeat)
-    finally:
-        run(["scancel", f"--name={QUEUED_NAME}"])
-    print_table(figures, args)
+    for target in targets(args.cluster):
+        blocker = prepare(target, args.queued, args.accounted, since)
+        try:
+            figures = measure(target, clients(target), blocker, window_start, since, args.repeat)
+        finally:
+            target.run(["scancel", f"--name={QUEUED_NAME}"])
+        print_table(target, figures, args)
 
 
-def measure(found, blocker, window_start, since, repeat) -> dict[str, float]:
+def measure(target, found, blocker, window_start, since, repeat) -> dict[str, float]:
     queue_argv = ["squeue", "--noheader", "--all", "--states=all", "-o", SQUEUE_FORMAT]
     sacct_argv = ["sacct", "--allusers", "--allocations", "--noheader", "--parsable2",
                   f"--delimiter={FIELD_SEPARATOR}", f"--starttime={since}", "--endtime=now",
                   f"--format={SACCT_FORMAT}"]  # fmt: skip
-    pending = request(QUEUED_NAME, after_ok=(blocker,))
+    pending = request(target, QUEUED_NAME, after_ok=(blocker,))
     raw = {
-        "submit": lambda: raw_sbatch(pending),
-        "queue": lambda: run(queue_argv),
-        "accounting": lambda: run(sacct_argv),
+        "submit": lambda: raw_sbatch(target, pending),
+        "queue": lambda: target.run(queue_argv),
+        "accounting": lambda: target.run(sacct_argv),
     }
     figures: dict[str, float] = {
-        "queued_jobs": len(run(queue_argv).split("\x1e")) - 1,
-        "accounted_jobs": len(run(sacct_argv).splitlines()),
+        "queued_jobs": len(target.run(queue_argv).split("\x1e")) - 1,
+        "accounted_jobs": len(target.run(sacct_argv).splitlines()),
     }
     if "cli" in found:
         cli = found["cli"]
@@ -205,7 +260,7 @@ def measure(found, blocker, window_start, since, repeat) -> dict[str, float]:
             lambda: rest.accounting_since(window_start), repeat
         )
         figures["raw_rest_jobs_ms"], figures["rest_queue_full_ms"] = paired_median_ms(
-            raw_rest_jobs(), full_queue, repeat
+            raw_rest_jobs(target, rest), full_queue, repeat
         )
         rest.queue()
         time.sleep(2)  # let the queue settle: the pending jobs stop changing
@@ -222,8 +277,9 @@ def measure(found, blocker, window_start, since, repeat) -> dict[str, float]:
     return figures
 
 
-def print_table(figures: dict[str, float], args) -> None:
-    print(f"{run(['sinfo', '--version']).strip()}: {figures['queued_jobs']} jobs queued, "
+def print_table(target: Target, figures: dict[str, float], args) -> None:
+    version = target.run(["sinfo", "--version"]).strip()
+    print(f"{target.cluster.name}, {version}: {figures['queued_jobs']} jobs queued, "
           f"{figures['accounted_jobs']} in the accounting window; median of {args.repeat}, "
           f"command timeout {settings.SLURM_COMMAND_TIMEOUT_S} s")  # fmt: skip
     print(f"{'':<14}{'submit':>10}{'queue':>10}{'accounting':>12}")

@@ -54,7 +54,9 @@ class JobRequestSerializer(serializers.Serializer):
     then the portal's default."""
 
     project = _text(help_text="The paying project's slug (one of yours).")
-    cluster = _text(help_text="Optional when the portal has one cluster.")
+    cluster = _text(
+        help_text="Optional when the portal has one cluster or only one has the partition named."
+    )
     partition = _text(help_text="Default: the cluster's default partition.")
     name = _text(help_text="Letters, digits, '.', '_' and '-'; at most 64. Default: job.")
     nodes = _whole(help_text="Default 1.")

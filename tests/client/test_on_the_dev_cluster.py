@@ -104,3 +104,30 @@ def test_a_script_submits_a_job_follows_it_to_the_end_and_reads_its_charge(
     bad_token = sgp("jobs", env={**cli_env, "SGP_TOKEN": "sgp_" + "x" * 43})
     assert bad_token.returncode == 3
     assert "not known" in bad_token.stderr
+
+
+def test_a_script_sends_a_job_to_the_cluster_it_names(
+    cli_env, celery_worker, make_project, dev_cluster, next_cluster, alice, workdir
+):
+    project = make_project(members={alice: "member"}, clusters=(dev_cluster, next_cluster))
+    submitted = sgp(
+        "submit", "--project", project.slug, "--cluster", "portal-next", "--partition", "short",
+        "--gpus", "1", "--time", "5", "--workdir", str(workdir), "--script", "-",
+        env=cli_env, stdin="true\n",
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    job = Job.objects.get(pk=int(submitted.stdout))
+    assert job.cluster == next_cluster
+    wait_for(lambda: Job.objects.get(pk=job.pk).slurm_job_id, what="the job to reach portal-next")
+
+    shown = sgp("show", str(job.pk), "--json", env=cli_env)
+    assert json.loads(shown.stdout)["cluster"] == "portal-next"
+
+    # Named for the wrong cluster, the partition is refused with what that cluster has.
+    refused = sgp(
+        "submit", "--project", project.slug, "--cluster", "portal-dev", "--partition", "short",
+        "--gpus", "1", "--time", "5", "--workdir", str(workdir), "--script", "-",
+        env=cli_env, stdin="true\n",
+    )  # fmt: skip
+    assert refused.returncode != 0
+    assert "no partition 'short' on portal-dev" in refused.stderr
