@@ -20,7 +20,6 @@ import datetime as dt
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -37,59 +36,21 @@ django.setup()
 
 from django.conf import settings  # noqa: E402
 
+from bench.dev_clusters import DevCluster, dev_clusters  # noqa: E402
 from clusters.models import Cluster  # noqa: E402
 from clusters.slurm import client_for  # noqa: E402
-from clusters.slurm.cli import CliClient, sbatch_arguments, slurm_environment  # noqa: E402
+from clusters.slurm.cli import sbatch_arguments  # noqa: E402
 from clusters.slurm.jwt import mint_token  # noqa: E402
 from clusters.slurm.parsing import FIELD_SEPARATOR, SACCT_FORMAT, SQUEUE_FORMAT  # noqa: E402
 from clusters.slurm.rest import RestClient  # noqa: E402
 from clusters.slurm.types import SubmitRequest  # noqa: E402
-from portal.devstack import CLUSTER_NEXT, STACK, is_running, script_env  # noqa: E402
 
 USER, ACCOUNT = "alice", "vision"
 QUEUED_NAME, ACCOUNTED_NAME = "bench-queued", "bench-accounted"
 
 
-class Target:
-    """One dev cluster: its registration (prefixes, REST URL and key) and a short partition."""
-
-    def __init__(self, script: Path, partition: str) -> None:
-        env = script_env(script)
-        self.partition = partition
-        self.cluster = Cluster(
-            name=env["SLURM_CLUSTER_NAME"],
-            rest_url=env["SLURM_REST_URL"],
-            jwt_key_file=env["SLURM_JWT_KEY_FILE"],
-            admin_user="slurm",
-            command_prefix=env.get("SLURM_COMMAND_PREFIX", ""),
-            run_as_prefix=env.get("SLURM_RUN_AS_PREFIX", ""),
-        )
-        self.tools = CliClient(
-            cluster_name=self.cluster.name,
-            command_prefix=self.cluster.command_prefix,
-            run_as_prefix=self.cluster.run_as_prefix or settings.SLURM_RUN_AS_PREFIX,
-            timeout_s=60,
-        )
-
-    def run(self, argv: list[str], stdin: str | None = None, *, as_user: str | None = None) -> str:
-        """A tool as the cli adapter runs it: through the cluster's prefix."""
-        return run(self.tools.command(argv, as_user=as_user), stdin)
-
-
-def targets(wanted: str | None) -> list[Target]:
-    found = [Target(STACK, "debug")]
-    if is_running(CLUSTER_NEXT):
-        found.append(Target(CLUSTER_NEXT, "short"))
-    else:
-        print("portal-next: not running (dev/stack start), not measured", file=sys.stderr)
-    chosen = [t for t in found if wanted in (None, t.cluster.name)]
-    if not chosen:
-        raise SystemExit(f"no running dev cluster is named {wanted!r}")
-    return chosen
-
-
 def request(
-    target: Target, name: str, *, after_ok: tuple[int, ...] = (), script: str = "true"
+    target: DevCluster, name: str, *, after_ok: tuple[int, ...] = (), script: str = "true"
 ) -> SubmitRequest:
     return SubmitRequest(
         user=USER,
@@ -106,18 +67,13 @@ def request(
     )
 
 
-def run(argv: list[str], stdin: str | None = None) -> str:
-    return subprocess.run(
-        argv, input=stdin, capture_output=True, text=True, check=True, env=slurm_environment()
-    ).stdout
+def raw_sbatch(target: DevCluster, job: SubmitRequest) -> str:
+    return target.output(
+        ["sbatch", "--parsable", *sbatch_arguments(job)], job.script, as_user=job.user
+    )
 
 
-def raw_sbatch(target: Target, job: SubmitRequest) -> str:
-    argv = ["sbatch", "--parsable", *sbatch_arguments(job)]
-    return target.run(argv, job.script, as_user=job.user)
-
-
-def raw_rest_jobs(target: Target, rest: RestClient) -> Callable[[], object]:
+def raw_rest_jobs(target: DevCluster, rest: RestClient) -> Callable[[], object]:
     """slurmrestd's GET /jobs with a token, the JSON decoded, at the version the adapter
     chose: the floor for the rest adapter."""
     key = Path(target.cluster.jwt_key_file).read_bytes()
@@ -152,12 +108,12 @@ def median_ms(action: Callable[[], object], repeat: int) -> float:
     return statistics.median(timings)
 
 
-def count_jobs(target: Target, name: str, since: str) -> int:
+def count_jobs(target: DevCluster, name: str, since: str) -> int:
     argv = ["sacct", "-a", "-X", "-n", "-P", f"--name={name}", f"-S{since}", "-o", "State"]
-    return sum(1 for line in target.run(argv).splitlines() if line == "COMPLETED")
+    return sum(1 for line in target.output(argv).splitlines() if line == "COMPLETED")
 
 
-def prepare(target: Target, queued: int, accounted: int, since: str) -> int:
+def prepare(target: DevCluster, queued: int, accounted: int, since: str) -> int:
     """Fill accounting with finished jobs and the queue with pending ones; return the blocker."""
     name = target.cluster.name
     missing = accounted - count_jobs(target, ACCOUNTED_NAME, since)
@@ -173,14 +129,14 @@ def prepare(target: Target, queued: int, accounted: int, since: str) -> int:
     blocker = int(
         raw_sbatch(target, request(target, QUEUED_NAME, script="sleep 600")).split(";")[0]
     )
-    target.run(["scontrol", "hold", str(blocker)])
+    target.output(["scontrol", "hold", str(blocker)])
     print(f"{name}: queueing {queued} pending jobs…", file=sys.stderr)
     for _ in range(queued):
         raw_sbatch(target, request(target, QUEUED_NAME, after_ok=(blocker,)))
     return blocker
 
 
-def clients(target: Target) -> dict[str, object]:
+def clients(target: DevCluster) -> dict[str, object]:
     found = {}
     for backend in Cluster.Backend.values:
         cluster = Cluster(
@@ -213,12 +169,12 @@ def main() -> None:
 
     window_start = dt.datetime.now(dt.UTC) - dt.timedelta(hours=6)
     since = window_start.strftime("%Y-%m-%dT%H:%M:%S")
-    for target in targets(args.cluster):
+    for target in dev_clusters(args.cluster):
         blocker = prepare(target, args.queued, args.accounted, since)
         try:
             figures = measure(target, clients(target), blocker, window_start, since, args.repeat)
         finally:
-            target.run(["scancel", f"--name={QUEUED_NAME}"])
+            target.output(["scancel", f"--name={QUEUED_NAME}"])
         print_table(target, figures, args)
 
 
@@ -230,12 +186,12 @@ def measure(target, found, blocker, window_start, since, repeat) -> dict[str, fl
     pending = request(target, QUEUED_NAME, after_ok=(blocker,))
     raw = {
         "submit": lambda: raw_sbatch(target, pending),
-        "queue": lambda: target.run(queue_argv),
-        "accounting": lambda: target.run(sacct_argv),
+        "queue": lambda: target.output(queue_argv),
+        "accounting": lambda: target.output(sacct_argv),
     }
     figures: dict[str, float] = {
-        "queued_jobs": len(target.run(queue_argv).split("\x1e")) - 1,
-        "accounted_jobs": len(target.run(sacct_argv).splitlines()),
+        "queued_jobs": len(target.output(queue_argv).split("\x1e")) - 1,
+        "accounted_jobs": len(target.output(sacct_argv).splitlines()),
     }
     if "cli" in found:
         cli = found["cli"]
@@ -277,8 +233,8 @@ def measure(target, found, blocker, window_start, since, repeat) -> dict[str, fl
     return figures
 
 
-def print_table(target: Target, figures: dict[str, float], args) -> None:
-    version = target.run(["sinfo", "--version"]).strip()
+def print_table(target: DevCluster, figures: dict[str, float], args) -> None:
+    version = target.version()
     print(f"{target.cluster.name}, {version}: {figures['queued_jobs']} jobs queued, "
           f"{figures['accounted_jobs']} in the accounting window; median of {args.repeat}, "
           f"command timeout {settings.SLURM_COMMAND_TIMEOUT_S} s")  # fmt: skip

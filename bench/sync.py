@@ -19,14 +19,13 @@ autovacuum would) before each apply:
 - apply once more right after a cycle, when nothing has changed (what most
   syncs of a quiet queue cost).
 
-When the dev stack's slurmctld is up it also times a real `squeue` in the
-adapter's format on whatever the dev cluster has queued, for reference only (a
-cluster with 10,000 queued jobs is not at hand, so the recorded text is the
-baseline).
+On each dev cluster whose slurmctld is up (portal-dev on the host's Slurm, portal-next
+on the other Debian release's, `bench/dev_clusters.py`) it also times a real `squeue` in
+the adapter's format on whatever that cluster has queued, for reference only.
 
-With `--live` it also queues as many held jobs on the dev cluster (as root, in
+With `--live` it also queues as many held jobs on each of those clusters (as root, in
 an account of its own, cancelled at the end) and times the raw `squeue`
-listing of them: the issue's baseline. The live cycle is the adapter's
+listing of them: the issue's baseline, per Slurm version. The live cycle is the adapter's
 `queue()` (squeue + parse) plus apply; its ratio to the raw listing is
 `sync_vs_listing_ratio`.
 
@@ -46,7 +45,6 @@ import json
 import os
 import pstats
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -69,9 +67,10 @@ from django.db import connection  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 
 from accounts.services import membership_set, project_create, user_create  # noqa: E402
+from bench.dev_clusters import DevCluster, dev_clusters  # noqa: E402
+from clusters.locks import association_changes  # noqa: E402
 from clusters.models import Cluster, Partition  # noqa: E402
 from clusters.services import cluster_register  # noqa: E402
-from clusters.slurm.cli import CliClient, slurm_environment  # noqa: E402
 from clusters.slurm.parsing import (  # noqa: E402
     FIELD_SEPARATOR,
     RECORD_SEPARATOR,
@@ -83,7 +82,6 @@ from clusters.slurm.types import QueueEntry  # noqa: E402
 from jobs.models import Job, JobEvent  # noqa: E402
 from jobs.sync import QueueSyncResult, queue_apply  # noqa: E402
 
-STACK = Path(__file__).resolve().parent.parent / "dev" / "stack"
 TARGET_APPLY_S = 1.0
 TARGET_RATIO = 2.0
 ACCOUNT, PARTITION, USER = "bench", "gpu", "bench"
@@ -232,63 +230,46 @@ def profile(action: Callable[[], object], top: int = 15) -> str:
     return out.getvalue()
 
 
-def slurmctld_up() -> bool:
-    status = subprocess.run([str(STACK), "status"], capture_output=True, text=True, check=False)
-    return any(
-        line.split()[:2] == ["slurmctld", "up"] for line in status.stdout.splitlines() if line
-    )
-
-
-def real_squeue(repeat: int) -> dict[str, float] | None:
-    """The dev cluster's own queue, read raw and through the cli adapter (reference only)."""
-    if not slurmctld_up():
-        return None
+def real_squeue(target: DevCluster, repeat: int) -> dict[str, float]:
+    """A dev cluster's own queue, read raw and through the cli adapter."""
     argv = ["squeue", "--noheader", "--all", "--states=all", "-o", SQUEUE_FORMAT]
-    client = CliClient(
-        cluster_name="portal-dev", run_as_prefix="runuser -u {user} --", timeout_s=30
-    )
-
-    def raw() -> str:
-        return subprocess.run(
-            argv, capture_output=True, text=True, check=True, env=slurm_environment()
-        ).stdout
-
-    raw_s = statistics.median(timed(raw, repeat, lambda: None))
-    adapter_s = statistics.median(timed(client.queue, repeat, lambda: None))
-    return {"jobs": len(client.queue()), "raw_s": raw_s, "adapter_s": adapter_s}
+    raw_s = statistics.median(timed(lambda: target.output(argv), repeat, lambda: None))
+    adapter_s = statistics.median(timed(target.tools.queue, repeat, lambda: None))
+    return {"jobs": len(target.tools.queue()), "raw_s": raw_s, "adapter_s": adapter_s}
 
 
 LIVE_ACCOUNT = "benchqueue"
 
 
-def _sbatch_held(count: int) -> None:
-    argv = ["sbatch", "--parsable", "--hold", f"--account={LIVE_ACCOUNT}", "--partition=debug",
-            "--time=1", "--output=/dev/null", "--chdir=/tmp", "--wrap=true"]  # fmt: skip
+def dev_clusters_up() -> list[DevCluster]:
+    """The dev clusters whose controller answers (a fault test may have stopped one)."""
+    return [each for each in dev_clusters() if each.run(["sinfo", "--noheader"]).returncode == 0]
+
+
+def _sbatch_held(target: DevCluster, count: int) -> None:
+    argv = ["sbatch", "--parsable", "--hold", f"--account={LIVE_ACCOUNT}",
+            f"--partition={target.partition}", "--time=1", "--output=/dev/null", "--chdir=/tmp",
+            "--wrap=true"]  # fmt: skip
     for _ in range(count):
-        subprocess.run(argv, capture_output=True, check=True, env=slurm_environment())
+        target.output(argv)
 
 
-def live_queue(jobs: int, repeat: int) -> dict[str, float]:
-    """Fill the dev cluster's queue with ``jobs`` held jobs (root, an account of their own),
+def live_queue(target: DevCluster, jobs: int, repeat: int) -> dict[str, float]:
+    """Fill a dev cluster's queue with ``jobs`` held jobs (root, an account of their own),
     time the raw squeue listing and the adapter's queue() of them, then cancel them."""
-    sacctmgr = ["sacctmgr", "-i"]
-    subprocess.run([*sacctmgr, "add", "account", LIVE_ACCOUNT], capture_output=True, check=False)
-    subprocess.run(
-        [*sacctmgr, "add", "user", "root", f"account={LIVE_ACCOUNT}"],
-        capture_output=True,
-        check=False,
-    )
+    with association_changes(target.name):
+        target.run(["sacctmgr", "-i", "add", "account", LIVE_ACCOUNT])
+        target.run(["sacctmgr", "-i", "add", "user", "root", f"account={LIVE_ACCOUNT}"])
     started = time.perf_counter()
     try:
         # sbatch is mostly waiting for slurmctld: a few at a time fill the queue faster.
         with ThreadPoolExecutor(max_workers=8) as pool:
-            list(pool.map(_sbatch_held, [jobs // 8 + (i < jobs % 8) for i in range(8)]))
+            counts = [jobs // 8 + (i < jobs % 8) for i in range(8)]
+            list(pool.map(lambda count: _sbatch_held(target, count), counts))
         fill_s = time.perf_counter() - started
-        reference = real_squeue(repeat)
-        assert reference is not None
-        return {**reference, "fill_s": fill_s}
+        return {**real_squeue(target, repeat), "fill_s": fill_s}
     finally:
-        subprocess.run(["scancel", f"--account={LIVE_ACCOUNT}"], capture_output=True, check=False)
+        target.run(["scancel", f"--account={LIVE_ACCOUNT}"])
 
 
 def main() -> None:
@@ -301,7 +282,8 @@ def main() -> None:
     parser.add_argument(
         "--live",
         action="store_true",
-        help="also queue --queued held jobs on the dev cluster and time the real listing of them",
+        help="also queue --queued held jobs on each running dev cluster and time the real "
+        "listing of them",
     )
     args = parser.parse_args()
     if not 0 < args.changed <= args.queued // 2 <= args.jobs // 2:
@@ -400,8 +382,14 @@ def run(args: argparse.Namespace) -> None:
     if args.profile:
         profiled = profile(lambda: queue_apply(cluster=cluster, entries=entries))
         reset_changed()
-    reference = real_squeue(args.repeat)
-    live = live_queue(args.queued, args.repeat) if args.live else None
+    targets = dev_clusters_up()
+    references = {target.name: real_squeue(target, args.repeat) for target in targets}
+    lives = (
+        {target.name: live_queue(target, args.queued, args.repeat) for target in targets}
+        if args.live
+        else {}
+    )
+    versions = {target.name: target.version() for target in targets}
     ratio = cycle_s / parse_s
 
     load = os.getloadavg()[0]
@@ -433,21 +421,21 @@ def run(args: argparse.Namespace) -> None:
         ("cycle / parse ratio", f"{ratio:.2f}"),
         (f"  ratio target (<= {TARGET_RATIO:g})", "met" if ratio <= TARGET_RATIO else "MISSED"),
     ]
-    if reference is not None:
+    for name, reference in references.items():
         rows += [
-            (f"dev cluster's own queue ({reference['jobs']:.0f} jobs), reference only", ""),
+            (f"{name}'s own queue ({reference['jobs']:.0f} jobs), reference only", ""),
             ("  raw squeue", f"{reference['raw_s'] * 1000:.1f} ms"),
             ("  cli adapter queue() (squeue + parse)", f"{reference['adapter_s'] * 1000:.1f} ms"),
         ]
-    else:
-        rows.append(("dev cluster's own queue", "slurmctld down"))
-    if live is not None:
+    if not references:
+        rows.append(("the dev clusters' own queues", "slurmctld down"))
+    for name, live in lives.items():
         # The issue's baseline: the raw queue listing of as many jobs; the cycle is the
         # adapter's listing (squeue + parse) plus applying it.
         live_cycle_s = live["adapter_s"] + apply_s
         live_ratio = live_cycle_s / live["raw_s"]
         rows += [
-            (f"live queue: {live['jobs']:.0f} held jobs on the dev cluster", ""),
+            (f"live queue: {live['jobs']:.0f} held jobs on {name} ({versions[name]})", ""),
             ("  filled in", f"{live['fill_s']:.1f} s"),
             ("  raw squeue listing (the baseline)", f"{live['raw_s'] * 1000:.1f} ms"),
             ("  cli adapter queue() (squeue + parse)", f"{live['adapter_s'] * 1000:.1f} ms"),
@@ -493,16 +481,20 @@ def run(args: argparse.Namespace) -> None:
         "ratio_target": TARGET_RATIO,
         "load_average_1min": round(load, 2),
     }
-    if reference is not None:
-        figures["dev_squeue_jobs"] = int(reference["jobs"])
-        figures["dev_squeue_raw_s"] = round(reference["raw_s"], 4)
-        figures["dev_squeue_adapter_s"] = round(reference["adapter_s"], 4)
-    if live is not None:
-        figures["live_queue_jobs"] = int(live["jobs"])
-        figures["live_squeue_raw_s"] = round(live["raw_s"], 4)
-        figures["live_adapter_queue_s"] = round(live["adapter_s"], 4)
-        figures["live_sync_cycle_s"] = round(live["adapter_s"] + apply_s, 4)
-        figures["sync_vs_listing_ratio"] = round((live["adapter_s"] + apply_s) / live["raw_s"], 2)
+    for name, reference in references.items():
+        key = name.replace("-", "_")
+        figures[f"{key}_squeue_jobs"] = int(reference["jobs"])
+        figures[f"{key}_squeue_raw_s"] = round(reference["raw_s"], 4)
+        figures[f"{key}_squeue_adapter_s"] = round(reference["adapter_s"], 4)
+    for name, live in lives.items():
+        key = name.replace("-", "_")
+        figures[f"{key}_live_queue_jobs"] = int(live["jobs"])
+        figures[f"{key}_live_squeue_raw_s"] = round(live["raw_s"], 4)
+        figures[f"{key}_live_adapter_queue_s"] = round(live["adapter_s"], 4)
+        figures[f"{key}_live_sync_cycle_s"] = round(live["adapter_s"] + apply_s, 4)
+        figures[f"{key}_sync_vs_listing_ratio"] = round(
+            (live["adapter_s"] + apply_s) / live["raw_s"], 2
+        )
     print(json.dumps(figures))
 
 

@@ -1,0 +1,82 @@
+"""The dev clusters a benchmark measures: portal-dev (dev/stack, the host's Slurm) and,
+when it runs, portal-next (dev/cluster-next, the other Debian release's Slurm in a root
+of its own), each with its tools reached as the cli adapter reaches them.
+
+Import after ``django.setup()``."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+from django.conf import settings
+
+from clusters.models import Cluster
+from clusters.slurm.cli import CliClient, slurm_environment
+from portal.devstack import CLUSTER_NEXT, STACK, is_running, script_env
+
+
+class DevCluster:
+    """One dev cluster: its registration (prefixes, REST URL and key) and a short partition."""
+
+    def __init__(self, script: Path, partition: str) -> None:
+        env = script_env(script)
+        self.partition = partition
+        self.cluster = Cluster(
+            name=env["SLURM_CLUSTER_NAME"],
+            rest_url=env["SLURM_REST_URL"],
+            jwt_key_file=env["SLURM_JWT_KEY_FILE"],
+            admin_user="slurm",
+            command_prefix=env.get("SLURM_COMMAND_PREFIX", ""),
+            run_as_prefix=env.get("SLURM_RUN_AS_PREFIX", ""),
+        )
+        self.tools = CliClient(
+            cluster_name=self.cluster.name,
+            command_prefix=self.cluster.command_prefix,
+            run_as_prefix=self.cluster.run_as_prefix or settings.SLURM_RUN_AS_PREFIX,
+            timeout_s=60,
+        )
+
+    @property
+    def name(self) -> str:
+        return self.cluster.name
+
+    def argv(self, argv: list[str], *, as_user: str | None = None) -> list[str]:
+        """A tool's command line as the cli adapter runs it: through the cluster's prefix."""
+        return self.tools.command(argv, as_user=as_user)
+
+    def run(
+        self, argv: list[str], stdin: str | None = None, *, as_user: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.argv(argv, as_user=as_user),
+            input=stdin,
+            capture_output=True,
+            text=True,
+            check=False,
+            env=slurm_environment(),
+        )
+
+    def output(
+        self, argv: list[str], stdin: str | None = None, *, as_user: str | None = None
+    ) -> str:
+        """The tool's output; a failure stops the benchmark with the tool's message."""
+        result = self.run(argv, stdin, as_user=as_user)
+        if result.returncode != 0:
+            raise SystemExit(f"{self.name}: {' '.join(argv[:2])} failed: {result.stderr.strip()}")
+        return result.stdout
+
+    def version(self) -> str:
+        return self.output(["sinfo", "--version"]).strip()
+
+
+def dev_clusters(wanted: str | None = None) -> list[DevCluster]:
+    """Each dev cluster that runs (``wanted`` alone when named)."""
+    found = [DevCluster(STACK, "debug")]
+    if is_running(CLUSTER_NEXT):
+        found.append(DevCluster(CLUSTER_NEXT, "short"))
+    else:
+        print("portal-next: not running (dev/stack start starts it), not measured", file=sys.stderr)
+    chosen = [each for each in found if wanted in (None, each.name)]
+    if not chosen:
+        raise SystemExit(f"no running dev cluster is named {wanted!r}")
+    return chosen
