@@ -71,7 +71,7 @@ def _add_job_arguments(parser: argparse.ArgumentParser) -> None:
         "job_file", nargs="?", help="a YAML job file: the API's job fields, script or script_file"
     )
     parser.add_argument("--project", help="the paying project's slug")
-    parser.add_argument("--cluster", help="needed only when the portal has several")
+    parser.add_argument("--cluster", help="needed only when several clusters have the partition")
     parser.add_argument("--partition")
     parser.add_argument("--name", help="the job's name")
     parser.add_argument("--nodes", type=_positive)
