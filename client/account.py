@@ -51,28 +51,32 @@ def cmd_login(args: argparse.Namespace, session: Session) -> int:
 
 
 def cmd_projects(args: argparse.Namespace, session: Session) -> int:
+    """One row per active allocation (a project has one per cluster); a project without
+    one shows its (zero) balance once, with no cluster."""
     projects = session.api.get("projects/")
     if args.json:
         out(as_json(projects))
         return Exit.OK
     rows = []
     for project in projects:
-        balance = project["balance"]
-        rows.append(
-            (
-                project["slug"],
-                project["name"],
-                project["role"],
-                hours(balance["granted_gpu_hours"]),
-                hours(balance["used_gpu_hours"]),
-                hours(balance["held_gpu_hours"]),
-                hours(balance["available_gpu_hours"]),
+        active = [a for a in project.get("allocations", []) if a.get("state") == "active"]
+        for balance in active or [{**project["balance"], "cluster": "-"}]:
+            rows.append(
+                (
+                    project["slug"],
+                    project["name"],
+                    project["role"],
+                    balance["cluster"],
+                    hours(balance["granted_gpu_hours"]),
+                    hours(balance["used_gpu_hours"]),
+                    hours(balance["held_gpu_hours"]),
+                    hours(balance["available_gpu_hours"]),
+                )
             )
-        )
     if not rows:
         err("You are in no project yet.")
         return Exit.OK
-    headers = ["SLUG", "NAME", "ROLE",
+    headers = ["SLUG", "NAME", "ROLE", "CLUSTER",
                "GRANTED GPU-h", "USED GPU-h", "HELD GPU-h", "AVAILABLE GPU-h"]  # fmt: skip
-    out(table(headers, rows, right=range(3, 7)))
+    out(table(headers, rows, right=range(4, 8)))
     return Exit.OK

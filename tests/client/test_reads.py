@@ -5,42 +5,74 @@ import httpx
 
 from tests.client.conftest import URL, error, job_json
 
+
+def allocation(cluster: str, state: str = "active", **hours: float) -> dict:
+    return {"cluster": cluster, "state": state, **hours}
+
+
 PROJECTS = [
     {
         "slug": "vision",
         "name": "Vision Lab",
         "role": "member",
         "balance": {
-            "granted_gpu_hours": 1000.0,
+            "granted_gpu_hours": 1100.0,
             "used_gpu_hours": 12.345,
             "held_gpu_hours": 0.5,
-            "available_gpu_hours": 987.156,
+            "available_gpu_hours": 1087.156,
         },
+        "allocations": [
+            allocation(
+                "portal-dev",
+                granted_gpu_hours=1000.0,
+                used_gpu_hours=12.345,
+                held_gpu_hours=0.5,
+                available_gpu_hours=987.156,
+            ),
+            allocation(
+                "portal-next",
+                granted_gpu_hours=100.0,
+                used_gpu_hours=0.0,
+                held_gpu_hours=0.0,
+                available_gpu_hours=100.0,
+            ),
+            allocation(
+                "portal-dev",
+                state="expired",
+                granted_gpu_hours=5.0,
+                used_gpu_hours=5.0,
+                held_gpu_hours=0.0,
+                available_gpu_hours=0.0,
+            ),
+        ],
     },
     {
         "slug": "genomics",
         "name": "Genomics Group",
         "role": "pi",
         "balance": {
-            "granted_gpu_hours": 50.0,
+            "granted_gpu_hours": 0.0,
             "used_gpu_hours": 0.0,
             "held_gpu_hours": 0.0,
-            "available_gpu_hours": 50.0,
+            "available_gpu_hours": 0.0,
         },
+        "allocations": [],
     },
 ]
 
 
-def test_projects_is_a_table_of_gpu_hours_with_two_decimals(sgp, portal):
+def test_projects_is_a_table_of_gpu_hours_per_cluster_with_two_decimals(sgp, portal):
     portal.on("GET", "projects/", httpx.Response(200, json=PROJECTS))
     result = sgp("projects", portal=portal)
     assert result.code == 0, result.err
-    header, vision, genomics = result.out.splitlines()
-    assert header.split()[:3] == ["SLUG", "NAME", "ROLE"]
-    assert vision.split()[-4:] == ["1,000.00", "12.35", "0.50", "987.16"]
-    assert genomics.split()[-4:] == ["50.00", "0.00", "0.00", "50.00"]
+    header, on_dev, on_next, genomics = result.out.splitlines()
+    assert header.split()[:4] == ["SLUG", "NAME", "ROLE", "CLUSTER"]
+    assert on_dev.split()[-5:] == ["portal-dev", "1,000.00", "12.35", "0.50", "987.16"]
+    assert on_next.split()[-5:] == ["portal-next", "100.00", "0.00", "0.00", "100.00"]
+    # The expired allocation is left out; a project without one shows its zeros once.
+    assert genomics.split()[-5:] == ["-", "0.00", "0.00", "0.00", "0.00"]
     # Aligned: every row's last column ends where the header's does.
-    assert len({len(header), len(vision), len(genomics)}) == 1
+    assert len({len(header), len(on_dev), len(on_next), len(genomics)}) == 1
 
 
 def test_projects_json_is_the_apis(sgp, portal):
