@@ -153,7 +153,8 @@ def test_the_newest_api_the_client_speaks_is_chosen_for_slurm_and_slurmdb():
 
 
 def test_a_version_the_parsers_do_not_know_is_not_chosen():
-    assert newest_versions(["/slurm/v0.0.36/ping", "/slurm/v0.0.40/ping"]) == (None, None)
+    assert newest_versions(["/slurm/v0.0.36/ping", "/slurm/v0.0.39/ping"]) == (None, None)
+    assert newest_versions(["/slurm/v0.0.43/ping", "/slurm/v0.0.42/ping"]) == ("v0.0.42", None)
     assert newest_versions(["/slurm/v0.0.38/ping"]) == ("v0.0.38", None)
 
 
