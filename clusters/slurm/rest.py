@@ -316,7 +316,7 @@ class RestClient:
         return ids(self._accounting(window))
 
     def queue(self) -> list[QueueEntry]:
-        params = None
+        params: Params | None = None
         if self._queue is not None:
             params = {"update_time": str(self._queue_asked_at)}
         asked_at = int(time.time()) - _QUEUE_CLOCK_SLACK_S

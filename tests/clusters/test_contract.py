@@ -228,8 +228,10 @@ def test_a_job_that_left_the_queue_is_found_in_accounting(client, job):
     wait_for("the job to leave the queue", lambda: queued(client, job_id) is None, 60)
     assert found(client, request) == [job_id]
     # Accounting is read from ``since`` on (less the rest adapter's 10 s of slack for
-    # slurmrestd's clock): a job submitted and ended before it is not looked at.
-    time.sleep(max(0.0, submitted + 13 - time.monotonic()))
+    # slurmrestd's clock, and the second it rounds up): a job submitted and ended before
+    # it is not looked at. Slurm keeps whole seconds, so the job's end may read up to 2 s
+    # after its submission.
+    time.sleep(max(0.0, submitted + 15 - time.monotonic()))
     assert found(client, request, since=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)) == []
     # Nor is anything when ``since`` is still to come on Slurm's clock.
     assert found(client, request, since=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)) == []
