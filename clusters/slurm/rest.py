@@ -5,10 +5,22 @@ HS256 token for that user: the job's owner for submit, cancel, hold and release,
 the configured Slurm administrator for everything else. The worker needs no
 Slurm libraries, only the cluster's JWT key.
 
-Written against Slurm 22.05 (OpenAPI ``v0.0.37``/``v0.0.38``, and the
-``slurmdb`` paths of the ``dbv0.0.3x`` plugins, which 22.05 serves under
-``/slurmdb/v0.0.3x/``). The parsers are pure functions of slurmrestd's
-JSON, in ``rest_parsing``, tested on recorded answers.
+It speaks Slurm 22.05 (OpenAPI ``v0.0.37``/``v0.0.38``, and the ``slurmdb`` paths of
+the ``dbv0.0.3x`` plugins, which 22.05 serves under ``/slurmdb/v0.0.3x/``) and Slurm
+24.11's data parsers ``v0.0.40``-``v0.0.42`` (``v0.0.42`` is 26.05's too), choosing
+the newest both sides know for ``slurm`` and ``slurmdb`` apart, unless the cluster names
+one. The parsers are pure functions of slurmrestd's JSON, in ``rest_parsing``, tested on
+recorded answers of both.
+
+What v0.0.40+ let the adapter do that 22.05's REST could not, so the reconciler needs
+no cli backend there: change an account's own limits (``GrpTRESMins``, MaxSubmitJobs,
+GrpSubmitJobs, GrpJobs: the association read, changed and POSTed back whole, then read
+back), create an account under its parent in one call (``accounts_association``), read
+an account's raw usage (``/shares``, sshare's GrpTRESRaw), look a token up in the
+owner's own accounting (``users``), and ping with a call that proves the token
+(``/diag``). What it still cannot: estimate a start (no will-run call, see
+``estimate_start``) and say which partition is the default (24.11's partitions carry no
+flags).
 """
 
 import datetime as dt
@@ -26,22 +38,28 @@ from clusters.slurm.rest_parsing import (
     NOTHING_FOUND,
     SUPPORTED_VERSIONS,
     Json,
+    cancel_message,
+    cancel_outcome,
     cpu_minutes_limit,
     error_codes,
     error_for,
     error_list,
     gpu_minutes_limit,
     job_count_limits,
-    job_description,
+    limits_hold,
     max_submit_jobs,
+    minutes_used,
     newest_versions,
     parse_accounting,
     parse_partitions,
     parse_queue,
     parse_queue_exit_codes,
+    reshaped,
+    submit_body,
     submitted_job_id,
+    with_limits,
 )
-from clusters.slurm.states import UNSTARTED_END_STATES, SlurmJobState
+from clusters.slurm.states import UNSTARTED_END_STATES, SlurmJobState, normalise_state
 from clusters.slurm.types import (
     PORTAL_ORGANIZATION,
     AccountingEntry,
@@ -60,6 +78,15 @@ _WINDOW_SLACK_S = 10
 # Taken off our clock before it becomes the next ?update_time=, against a
 # controller whose clock is slightly behind ours.
 _QUEUE_CLOCK_SLACK_S = 2
+
+
+# Query parameters; a list repeats the name (24.11 reads no comma-separated states).
+Params = dict[str, str | list[str]]
+# 24.11's accounting, read for a window, gives a running job "now" as its end
+# without this.
+_WHOLE_TIMES = {"disable_truncate_usage_time": "true"}
+_ALREADY_DONE = 2021  # ESLURM_ALREADY_DONE
+_INVALID_JOB_ID = 2017
 
 
 def _cannot_change_account_limits(account: str, shown: str) -> SlurmRejected:
@@ -144,7 +171,7 @@ class RestClient:
         path: str,
         *,
         user: str,
-        params: dict[str, str] | None = None,
+        params: Params | None = None,
         body: Json | None = None,
     ) -> tuple[int, Json | None]:
         headers = {"X-SLURM-USER-NAME": user, "X-SLURM-USER-TOKEN": self._token(user)}
@@ -201,7 +228,7 @@ class RestClient:
         path: str,
         *,
         user: str,
-        params: dict[str, str] | None = None,
+        params: Params | None = None,
         body: Json | None = None,
         empty_ok: bool = False,
     ) -> Json:
@@ -220,6 +247,13 @@ class RestClient:
     def _db(self, tail: str) -> str:
         return self._path("slurmdb", self._paths()[1], tail)
 
+    def _reshaped(self) -> bool:
+        """Whether the slurm API spoken is v0.0.40+ (24.11's objects and calls)."""
+        return reshaped(self._paths()[0])
+
+    def _db_reshaped(self) -> bool:
+        return reshaped(self._paths()[1])
+
     def _path(self, api: str, version: str | None, tail: str) -> str:
         if version not in SUPPORTED_VERSIONS:
             raise SlurmRejected(
@@ -231,6 +265,12 @@ class RestClient:
     # --- jobs --------------------------------------------------------------------------
 
     def ping(self) -> None:
+        if self._reshaped():
+            # 24.11's /ping takes any token (it answers "DOWN" for a bad one); /diag asks
+            # slurmctld for its statistics as the admin user, so it proves both the token
+            # (1007 if refused) and a controller that answers.
+            self._call("GET", self._slurm("/diag"), user=self.admin_user)
+            return
         payload = self._call("GET", self._slurm("/ping"), user=self.admin_user)
         pings = payload.get("pings") or []
         if not any(str(p.get("ping", "")).upper() == "UP" for p in pings):
@@ -239,7 +279,7 @@ class RestClient:
 
     def submit(self, request: SubmitRequest) -> int:
         path = self._slurm("/job/submit")
-        body = {"script": request.script, "job": job_description(request)}
+        body = submit_body(request, self._paths()[0])
         status, payload = self._send("POST", path, user=request.user, body=body)
         job_id = submitted_job_id(payload)
         if job_id is None:
@@ -256,13 +296,27 @@ class RestClient:
         queued = ids(self.queue())
         if queued:
             return queued
+        if self._db_reshaped():
+            # v0.0.40+ filter on the user (and v0.0.42 has no submit_time): the owner's
+            # jobs under the account in the window, and those that ended unstarted.
+            window: Params = {
+                "users": user,
+                "account": account,
+                "start_time": self._seconds_since(since),
+            }
+            return ids(
+                with_unstarted_ends(
+                    self._accounting(window),
+                    self._accounting({**window, "end_time": "now", "state": self._states()}),
+                )
+            )
         # The accounting API filters on neither the comment nor (before v0.0.40) the
         # user: the account's jobs submitted since ``since`` are the fewest it can send.
         window = {"account": account, "submit_time": self._seconds_since(since)}
         return ids(self._accounting(window))
 
     def queue(self) -> list[QueueEntry]:
-        params = None
+        params: Params | None = None
         if self._queue is not None:
             params = {"update_time": str(self._queue_asked_at)}
         asked_at = int(time.time()) - _QUEUE_CLOCK_SLACK_S
@@ -284,20 +338,30 @@ class RestClient:
         start = self._seconds_since(since)
         return with_unstarted_ends(
             self._accounting({"start_time": start}),
-            self._accounting(
-                {"start_time": start, "end_time": "now", "state": ",".join(UNSTARTED_END_STATES)}
-            ),
+            self._accounting({"start_time": start, "end_time": "now", "state": self._states()}),
         )
+
+    def _states(self) -> str | list[str]:
+        """``UNSTARTED_END_STATES`` as the accounting API takes them: 22.05 sacct's codes
+        comma-separated, 24.11 full names, the parameter repeated ("CA,DL" is one
+        unknown flag to it, and "CA" none)."""
+        if self._db_reshaped():
+            return [normalise_state(code).value for code in UNSTARTED_END_STATES]
+        return ",".join(UNSTARTED_END_STATES)
 
     @staticmethod
     def _seconds_since(since: dt.datetime) -> str:
         # 22.05 takes no epoch here and reads a date in slurmrestd's own time
-        # zone, so the time is given relative to its clock.
+        # zone, so the time is given relative to its clock. 24.11 takes an epoch on
+        # v0.0.42 only (v0.0.40/41 refuse one, 9202, unless written "uts<epoch>") and
+        # "now-<N>seconds" on all three: relative it stays, and immune to clock skew.
         seconds = max(0, math.ceil((dt.datetime.now(dt.UTC) - since).total_seconds()))
         return f"now-{seconds + _WINDOW_SLACK_S}seconds"
 
-    def _accounting(self, window: dict[str, str]) -> list[AccountingEntry]:
+    def _accounting(self, window: Params) -> list[AccountingEntry]:
         params = {**window, "skip_steps": "true", "cluster": self.cluster_name}
+        if self._db_reshaped():
+            params.update(_WHOLE_TIMES)
         payload = self._call(
             "GET", self._db("/jobs"), user=self.admin_user, params=params, empty_ok=True
         )
@@ -325,7 +389,17 @@ class RestClient:
         try:
             # DELETE sends SIGKILL to the whole job, as scancel does; slurmrestd
             # already counts a job that ended as success.
-            self._call("DELETE", self._slurm(f"/job/{job_id}"), user=user)
+            answer = self._call("DELETE", self._slurm(f"/job/{job_id}"), user=user)
+            # v0.0.41+ answer HTTP 200 without errors for a job slurmctld refused to
+            # cancel, and say why in a per-job status (v0.0.40 says nothing at all for
+            # an id below MaxJobId it does not know: that cancel looks like a success).
+            refused = cancel_outcome(answer) - {_ALREADY_DONE}
+            if _INVALID_JOB_ID in refused:
+                raise NotFound(cancel_message(answer))
+            if refused:
+                raise SlurmRejected(
+                    cancel_message(answer) or f"slurmctld refused to cancel {job_id}"
+                )
         except NotFound:
             # slurmctld forgets a job MinJobAge after it ended and then answers
             # "Invalid job id" as for a job that never was; accounting tells them apart.
@@ -349,7 +423,11 @@ class RestClient:
 
     def estimate_start(self, request: SubmitRequest) -> StartEstimate:
         # slurmrestd 22.05 has no will-run call: "test_only" is accepted in a
-        # submission and ignored, so the job would really be queued.
+        # submission and ignored, so the job would really be queued. 24.11 (v0.0.40-42)
+        # has none either: its job_desc_msg has no test_only, /job/allocate really
+        # allocates, and a flag it does not know is ignored with a warning while the job
+        # is queued. So the estimate stays unknown; the cli backend asks sbatch
+        # --test-only.
         return StartEstimate(starts_at=None, nodes="")
 
     # --- accounts and limits -------------------------------------------------------------
@@ -388,6 +466,23 @@ class RestClient:
     def ensure_account(self, account: str, *, description: str) -> bool:
         if self._associations(account):
             return False
+        if self._db_reshaped():
+            # sacctmgr add account: the account (if absent) and its association under its
+            # parent in one call. A POST of the association alone wants a "user", and
+            # with "user": "" makes one without a parent (24.11 as 22.05), which
+            # deleting the account leaves behind.
+            record = {"description": description, "organization": PORTAL_ORGANIZATION}
+            condition = {
+                "accounts": [account],
+                "clusters": [self.cluster_name],
+                "association": {"parent": "root"},
+            }
+            self._post_db(
+                "/accounts_association", {"association_condition": condition, "account": record}
+            )
+            if self._account_association(account) is None:
+                raise SlurmRejected(f"slurmrestd did not create the association of {account!r}")
+            return True
         if not self._exists(self._db(f"/account/{account}"), "accounts"):
             record = {
                 "name": account,
@@ -417,6 +512,25 @@ class RestClient:
             return False
         if not associations:
             raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
+        if self._db_reshaped():
+            # sacctmgr add user: a new user gets this account as default, a known one keeps
+            # theirs.
+            condition = {
+                "users": [user],
+                "accounts": [account],
+                "clusters": [self.cluster_name],
+            }
+            known = self._exists(self._db(f"/user/{user}"), "users")
+            body: Json = {
+                "association_condition": condition,
+                "user": {} if known else {"defaultaccount": account},
+            }
+            self._post_db("/users_association", body)
+            if not any(a.get("user") == user for a in self._associations(account)):
+                raise SlurmRejected(
+                    f"slurmrestd did not give {user!r} an association with {account!r}"
+                )
+            return True
         if not self._exists(self._db(f"/user/{user}"), "users"):
             record = {"name": user, "default": {"account": account}}
             self._post_db("/users", {"users": [record]})
@@ -442,6 +556,8 @@ class RestClient:
     def remove_user_association(self, *, user: str, account: str) -> bool:
         if user not in self.account_limits(account).users:
             return False
+        if self._db_reshaped():
+            self._move_default_account(user=user, leaving=account)
         self._call(
             "DELETE",
             self._db("/association"),
@@ -456,11 +572,61 @@ class RestClient:
             )
         return True
 
+    def _move_default_account(self, *, user: str, leaving: str) -> None:
+        """v0.0.40+ refuse to remove a user's default account (7009), as sacctmgr does:
+        when it is and they have another on this cluster, that one becomes the default
+        first. Which is the default shows in the associations (``is_default``; the user
+        record read alone says ""); the user record goes back as read, with only its
+        default changed."""
+        payload = self._call(
+            "GET",
+            self._db("/associations"),
+            user=self.admin_user,
+            params={"user": user, "cluster": self.cluster_name},
+            empty_ok=True,
+        )
+        own = [a for a in payload.get("associations") or [] if a.get("user") == user]
+        if not any(a.get("account") == leaving and a.get("is_default") for a in own):
+            return
+        others = sorted({str(a.get("account")) for a in own if a.get("account") != leaving})
+        if not others:
+            return  # Slurm removes the user's last association, and its default with it
+        users = self._call(
+            "GET", self._db(f"/user/{user}"), user=self.admin_user, empty_ok=True
+        ).get("users")
+        record = next((u for u in users or [] if u.get("name") == user), None)
+        if record is None:
+            return
+        record = {**record, "default": {**(record.get("default") or {}), "account": others[0]}}
+        self._post_db("/users", {"users": [record]})
+
     def _account_association_of(self, account: str) -> Json:
         association = self._account_association(account)
         if association is None:
             raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
         return association
+
+    def _change_account_association(
+        self,
+        account: str,
+        *,
+        minutes: dict[str, int | None] | None = None,
+        jobs: dict[str, int | None] | None = None,
+        shown: str,
+    ) -> None:
+        """v0.0.40+: the account's own association POSTed back whole with these limits
+        changed (see ``with_limits``), then read back: SlurmRejected if they did not take.
+        24.11 applies such a POST as sacctmgr modify does and keeps the tree (its parent,
+        the users' associations) as it was; the reconciler holds the association lock."""
+        association = self._account_association_of(account)
+        if limits_hold(association, minutes=minutes, jobs=jobs):
+            return
+        changed = with_limits(association, minutes=minutes, jobs=jobs)
+        self._post_db("/associations", {"associations": [changed]})
+        if not limits_hold(self._account_association_of(account), minutes=minutes, jobs=jobs):
+            raise SlurmRejected(
+                f"slurmrestd accepted {shown} for account {account!r} but did not apply it"
+            )
 
     def set_gpu_minutes_limit(self, account: str, minutes: int | None) -> None:
         self._set_group_minutes(account, GPU_TRES, minutes, read=gpu_minutes_limit)
@@ -470,6 +636,10 @@ class RestClient:
 
     def set_max_submit_jobs(self, account: str, jobs: int | None) -> None:
         wanted = None if jobs is None else int(jobs)
+        if self._db_reshaped():
+            shown = f"MaxSubmitJobs={-1 if wanted is None else wanted}"
+            self._change_account_association(account, jobs={"MaxSubmitJobs": wanted}, shown=shown)
+            return
         self._set_account_limit(
             account,
             wanted=wanted,
@@ -482,12 +652,11 @@ class RestClient:
     ) -> None:
         wanted = None if minutes is None else int(minutes)
         name = "/".join(part for part in (tres["type"], tres["name"]) if part)
-        self._set_account_limit(
-            account,
-            wanted=wanted,
-            read=read,
-            shown=f"GrpTRESMins={name}={-1 if wanted is None else wanted}",
-        )
+        shown = f"GrpTRESMins={name}={-1 if wanted is None else wanted}"
+        if self._db_reshaped():
+            self._change_account_association(account, minutes={name: wanted}, shown=shown)
+            return
+        self._set_account_limit(account, wanted=wanted, read=read, shown=shown)
 
     def _set_account_limit(
         self,
@@ -509,10 +678,23 @@ class RestClient:
         shown = ", ".join(
             f"{name}={-1 if value is None else value}" for name, value in wanted.items()
         )
+        if self._db_reshaped():
+            self._change_account_association(account, jobs=wanted, shown=shown)
+            return
         raise _cannot_change_account_limits(account, shown)
 
     def minutes_used(self, account: str) -> MinutesUsed:
         self._account_association_of(account)
+        if self._reshaped():
+            # slurmctld's usage, as sshare reads it (24.11 ignores the ``accounts``
+            # filter and sends every association: the account's own is picked out).
+            payload = self._call(
+                "GET", self._slurm("/shares"), user=self.admin_user, params={"accounts": account}
+            )
+            used = minutes_used(payload, account)
+            if used is None:
+                raise NotFound(f"slurmctld has no usage of account {account!r} (yet)")
+            return used
         raise SlurmRejected(
             "slurmrestd 22.05 does not expose an association's TRES usage (sshare's "
             "GrpTRESRaw): its associations carry no usage and it has no shares endpoint; "

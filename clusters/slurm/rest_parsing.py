@@ -1,9 +1,26 @@
-"""Pure functions of slurmrestd's JSON (Slurm 22.05, OpenAPI v0.0.37/v0.0.38).
+"""Pure functions of slurmrestd's JSON: Slurm 22.05's OpenAPI v0.0.37/v0.0.38 and the
+data parsers v0.0.40-v0.0.42 of Slurm 24.11 (v0.0.42 is also in 26.05).
+
+The two families differ in shape, not in meaning, and each parser reads both:
+
+- numbers: 22.05 gives plain integers (NO_VAL and INFINITE as huge values); v0.0.40+
+  give most as ``{"set", "infinite", "number"}`` objects (``number``);
+- states: 22.05 a string (``"PENDING"``), v0.0.40+ a list of the base state and its
+  flags (``["PENDING", "REQUEUED"]``; ``job_state``);
+- exit codes: v0.0.40+ an object with a ``status`` list, ``return_code`` and
+  ``signal.id`` in the queue as in accounting (``exit_status``);
+- a partition's state and limits moved (``partition.state``, ``maximums.time``) and
+  its ``DEFAULT`` flag is gone: 24.11's REST does not say which partition is the
+  default;
+- the job a submission describes: the script inside ``job``, the environment a list of
+  ``NAME=value``, GPUs as TRES strings (``job_description``);
+- "nothing found" is no longer an error (9003) but an empty list beside a warning.
 
 The ``rest`` backend calls these; they are tested on recorded answers in
-``tests/fixtures/slurmrestd/``.
+``tests/fixtures/slurmrestd/`` (22.05) and ``tests/fixtures/slurmrestd/24.11/``.
 """
 
+import copy
 import datetime as dt
 import re
 from typing import Any
@@ -21,6 +38,7 @@ from clusters.slurm.parsing import parse_gpu_gres
 from clusters.slurm.states import SlurmJobState, normalise_state
 from clusters.slurm.types import (
     AccountingEntry,
+    MinutesUsed,
     PartitionInfo,
     QueueEntry,
     SubmitRequest,
@@ -29,8 +47,11 @@ from clusters.slurm.types import (
 Json = dict[str, Any]
 
 # Newest first. v0.0.36 (also in 22.05) leaves user_name, partition state and
-# node partitions empty; v0.0.39+ (23.02+) reshape every object.
-SUPPORTED_VERSIONS = ("v0.0.38", "v0.0.37")
+# node partitions empty; v0.0.39 (23.02/23.11 only) is not spoken; v0.0.40-v0.0.42 are
+# Slurm 24.11's (v0.0.42 also 26.05's).
+SUPPORTED_VERSIONS = ("v0.0.42", "v0.0.41", "v0.0.40", "v0.0.38", "v0.0.37")
+# The versions of the reshaped objects (see the module's docstring).
+_RESHAPED = frozenset({"v0.0.40", "v0.0.41", "v0.0.42"})
 _API_PATH = re.compile(r"^/(slurm|slurmdb)/(v0\.0\.\d+)/")
 
 # Slurm error numbers seen in slurmrestd's "errors" list.
@@ -42,6 +63,60 @@ _UNAVAILABLE_CODES = frozenset(
     {1001, 1002, 1003, 1004, 1800, 1801, 1802, 1803, 5004, 5005, 7000, 7008}
 )  # connection, socket timeout, slurmctld and database connection errors
 _NO_VALUE = 0xFFFFFFFE  # NO_VAL and INFINITE (and above) mean "not set"
+_ALREADY_DONE = 2021  # ESLURM_ALREADY_DONE: cancelling a job that already ended
+
+
+def reshaped(version: str | None) -> bool:
+    """Whether ``version`` speaks v0.0.40+'s objects (numbers as objects, lists of states)."""
+    return version in _RESHAPED
+
+
+def number(value: Any) -> int | None:
+    """A v0.0.40+ ``{"set", "infinite", "number"}`` or a 22.05 plain integer; None when it
+    is not set, infinite, not a number or one of Slurm's NO_VAL/INFINITE values."""
+    if isinstance(value, dict):
+        if not value.get("set") or value.get("infinite"):
+            return None
+        value = value.get("number")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if value < 0 or value >= _NO_VALUE:
+        return None
+    return int(value)
+
+
+def number_object(value: int | None) -> Json:
+    """``value`` as v0.0.40+ wants a number it may leave unset; None is "no limit"."""
+    if value is None:
+        return {"set": False, "infinite": True, "number": 0}
+    return {"set": True, "infinite": False, "number": int(value)}
+
+
+# Which name a list of states shows, as Slurm's job_state_string() picks it: a flag
+# that says more than the base state first (the cli backend's squeue prints the same).
+_FLAG_STATES = (
+    "COMPLETING",
+    "STAGE_OUT",
+    "CONFIGURING",
+    "RESIZING",
+    "REQUEUED",
+    "REQUEUE_FED",
+    "REQUEUE_HOLD",
+    "SPECIAL_EXIT",
+    "STOPPED",
+    "RESV_DEL_HOLD",
+    "REVOKED",
+    "SIGNALING",
+)
+
+
+def job_state(value: Any) -> SlurmJobState:
+    """A 22.05 state string or a v0.0.40+ list of the base state and its flags."""
+    if isinstance(value, str):
+        return normalise_state(value)
+    names = [str(name).upper() for name in value]
+    flag = next((name for name in _FLAG_STATES if name in names), None)
+    return SlurmJobState(flag) if flag else normalise_state(names[0])
 
 
 # --- pure parsers ------------------------------------------------------------------
@@ -109,16 +184,15 @@ def newest_versions(paths: list[str]) -> tuple[str | None, str | None]:
 
 
 def _time(epoch: Any) -> dt.datetime | None:
-    """slurmrestd's epoch seconds; 0 means not (yet) set."""
-    if not isinstance(epoch, int) or epoch <= 0 or epoch >= _NO_VALUE:
+    """slurmrestd's epoch seconds (plain or as a number object); 0 means not (yet) set."""
+    seconds = number(epoch)
+    if not seconds:
         return None
-    return dt.datetime.fromtimestamp(epoch, dt.UTC)
+    return dt.datetime.fromtimestamp(seconds, dt.UTC)
 
 
 def _minutes(value: Any) -> int | None:
-    if not isinstance(value, int) or value < 0 or value >= _NO_VALUE:
-        return None
-    return value
+    return number(value)
 
 
 def decode_wait_status(raw: int) -> tuple[int, int]:
@@ -132,11 +206,11 @@ def parse_queue(payload: Json) -> list[QueueEntry]:
     """``GET /slurm/{v}/jobs``: every job the controller still holds, pending to just ended."""
     entries = []
     for job in payload.get("jobs") or []:
-        state = normalise_state(job["job_state"])
+        state = job_state(job["job_state"])
         array_job_id, array_task = None, None
-        if job.get("array_job_id"):
-            array_job_id = job["array_job_id"]
-            task_id = job.get("array_task_id")
+        if number(job.get("array_job_id")):
+            array_job_id = number(job["array_job_id"])
+            task_id = number(job.get("array_task_id"))
             # A pending array is one record with task_id null and the pending
             # tasks in array_task_string, e.g. "0-3%2" (squeue's %K prints the same).
             array_task = str(task_id) if task_id is not None else job.get("array_task_string")
@@ -163,12 +237,35 @@ def parse_queue(payload: Json) -> list[QueueEntry]:
 
 @reads_slurm_output
 def parse_queue_exit_codes(payload: Json) -> dict[int, tuple[int, int]]:
-    """Exit code and signal of the failed jobs the controller still holds (see parse_accounting)."""
-    return {
-        job["job_id"]: decode_wait_status(int(job.get("exit_code") or 0))
-        for job in payload.get("jobs") or []
-        if normalise_state(job["job_state"]) == SlurmJobState.FAILED
-    }
+    """Exit code and signal of the failed jobs the controller still holds (see parse_accounting):
+    22.05 gives the raw wait status, v0.0.40+ the same object as accounting."""
+    codes = {}
+    for job in payload.get("jobs") or []:
+        if job_state(job["job_state"]) != SlurmJobState.FAILED:
+            continue
+        exit_code = job.get("exit_code")
+        if isinstance(exit_code, dict):
+            code, signal = exit_status(exit_code)
+            if code is not None and signal is not None:
+                codes[job["job_id"]] = (code, signal)
+        else:
+            codes[job["job_id"]] = decode_wait_status(int(exit_code or 0))
+    return codes
+
+
+@reads_slurm_output
+def exit_status(exit_code: Json) -> tuple[int | None, int | None]:
+    """Exit code and signal from v0.0.40+'s ``{"status": [...], "return_code", "signal":
+    {"id"}}``: (None, None) when it says neither (``PENDING``, ``INVALID``)."""
+    status = exit_code.get("status") or []
+    statuses = {str(s).upper() for s in ([status] if isinstance(status, str) else status)}
+    signal = number((exit_code.get("signal") or {}).get("id"))
+    if "SIGNALED" in statuses:
+        return 0, signal or 0
+    return_code = number(exit_code.get("return_code"))
+    if statuses & {"SUCCESS", "ERROR"} and return_code is not None:
+        return return_code, 0
+    return None, None
 
 
 @reads_slurm_output
@@ -206,9 +303,12 @@ def accounting_exit_code(
     """Exit code and signal from accounting's ``{"status", "return_code", "signal"}``.
 
     22.05's dbv0.0.3x reports every normal exit as ``SUCCESS`` with return
-    code 0, whatever the code was, so a FAILED job's code is unknown here.
+    code 0, whatever the code was, so a FAILED job's code is unknown here. v0.0.40+
+    (a list of statuses, numbers as objects) keep the real code.
     """
     exit_code = exit_code or {}
+    if isinstance(exit_code.get("status"), list):
+        return exit_status(exit_code)
     status, return_code = exit_code.get("status"), exit_code.get("return_code")
     if status == "SIGNALED":
         return 0, int((exit_code.get("signal") or {}).get("signal_id") or 0)
@@ -246,13 +346,13 @@ def parse_accounting(payload: Json) -> list[AccountingEntry]:
     """
     latest: dict[int, tuple[int, AccountingEntry]] = {}
     for job in payload.get("jobs") or []:
-        state = normalise_state(job["state"]["current"])
+        state = job_state(job["state"]["current"])
         code, signal = accounting_exit_code(job.get("exit_code"), state)
         array = job.get("array") or {}
         array_job_id, array_task = None, None
-        if array.get("job_id"):
-            array_job_id = array["job_id"]
-            task_id = array.get("task_id")
+        if number(array.get("job_id")):
+            array_job_id = number(array["job_id"])
+            task_id = number(array.get("task_id"))
             array_task = str(task_id) if task_id is not None else pending_array_tasks(array)
         times = job.get("time") or {}
         entry = AccountingEntry(
@@ -271,14 +371,31 @@ def parse_accounting(payload: Json) -> list[AccountingEntry]:
             elapsed_s=int(times.get("elapsed") or 0),
             submitted_at=_time(times.get("submission")),
             started_at=_time(times.get("start")),
-            ended_at=_time(times.get("end")),
-            # With AccountingStoreFlags=job_comment; null until the job ends.
+            # 24.11 gives a job still running "now" as its end unless asked with
+            # disable_truncate_usage_time: only an ended job has an end.
+            ended_at=_time(times.get("end")) if state not in _UNENDED else None,
+            # With AccountingStoreFlags=job_comment; null (24.11: "") until the job ends.
             comment=(job.get("comment") or {}).get("job") or "",
         )
         submitted = int(times.get("submission") or 0)
         if entry.job_id not in latest or submitted >= latest[entry.job_id][0]:
             latest[entry.job_id] = (submitted, entry)
     return [entry for _, entry in latest.values()]
+
+
+_UNENDED = frozenset(
+    {
+        SlurmJobState.PENDING,
+        SlurmJobState.RUNNING,
+        SlurmJobState.SUSPENDED,
+        SlurmJobState.CONFIGURING,
+        SlurmJobState.COMPLETING,
+        SlurmJobState.REQUEUED,
+        SlurmJobState.RESIZING,
+        SlurmJobState.SIGNALING,
+        SlurmJobState.STAGE_OUT,
+    }
+)
 
 
 @reads_slurm_output
@@ -303,13 +420,22 @@ def parse_partitions(partitions: Json, nodes: Json) -> list[PartitionInfo]:
             if name in (node.get("partitions") or [])
         ]
         flags = [str(flag).lower() for flag in partition.get("flags") or []]
+        if "maximums" in partition:  # v0.0.40+: no flags, so no DEFAULT either
+            states = (partition.get("partition") or {}).get("state") or []
+            is_up = [str(state).upper() for state in states] == ["UP"]
+            max_time = (partition.get("maximums") or {}).get("time")
+            total_nodes = (partition.get("nodes") or {}).get("total")
+        else:
+            is_up = str(partition.get("state") or "").upper() == "UP"
+            max_time = partition.get("max_time_limit")
+            total_nodes = partition.get("total_nodes")
         result.append(
             PartitionInfo(
                 name=name,
                 is_default="default" in flags,
-                is_up=str(partition.get("state") or "").upper() == "UP",
-                max_time_minutes=_minutes(partition.get("max_time_limit")),
-                nodes=int(partition.get("total_nodes") or len(gres)),
+                is_up=is_up,
+                max_time_minutes=_minutes(max_time),
+                nodes=int(total_nodes or len(gres)),
                 gpus_per_node=max((count for _, count in gres), default=0),
                 gpu_type=next((gpu_type for gpu_type, _ in gres if gpu_type), ""),
                 total_gpus=sum(count for _, count in gres),
@@ -349,32 +475,149 @@ def job_count_limits(association: Json) -> dict[str, int | None]:
     them ``max.jobs.per.submitted`` and ``max.jobs.per.count`` (its ``max.jobs.total``
     is MaxSubmitJobs)."""
     per = ((association.get("max") or {}).get("jobs") or {}).get("per") or {}
-    submitted, count = per.get("submitted"), per.get("count")
-    return {
-        "GrpSubmitJobs": None if submitted is None else int(submitted),
-        "GrpJobs": None if count is None else int(count),
-    }
+    return {"GrpSubmitJobs": _limit(per.get("submitted")), "GrpJobs": _limit(per.get("count"))}
+
+
+def _limit(value: Any) -> int | None:
+    """A job-count limit: 22.05 leaves an unset one out, v0.0.40+ say so in the object."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return number(value)
+    return int(value)
 
 
 @reads_slurm_output
 def max_submit_jobs(association: Json) -> int | None:
     """The association's ``MaxSubmitJobs``: ``max.jobs.total`` in v0.0.38 (``max.jobs.per.
     submitted`` is GrpSubmitJobs), as sacctmgr set them on the dev cluster."""
-    value = ((association.get("max") or {}).get("jobs") or {}).get("total")
-    return None if value is None else int(value)
+    return _limit(((association.get("max") or {}).get("jobs") or {}).get("total"))
 
 
-def job_description(request: SubmitRequest) -> Json:
+@reads_slurm_output
+def with_limits(
+    association: Json,
+    *,
+    minutes: dict[str, int | None] | None = None,
+    jobs: dict[str, int | None] | None = None,
+) -> Json:
+    """The account's own association as v0.0.40+ read it, with ``minutes`` (by TRES name,
+    ``gres/gpu`` or ``cpu``) in ``max.tres.group.minutes`` and ``jobs`` (by the names of
+    ``AccountLimits``: MaxSubmitJobs, GrpSubmitJobs, GrpJobs) changed, None clearing one.
+
+    24.11 applies a POSTed association as a whole: a TRES list it is sent replaces the
+    stored one (so every other TRES is sent as it was) and a TRES list left out is
+    cleared. So the association goes back as it was read, with only these changed.
+    """
+    changed = copy.deepcopy(association)
+    limits = changed.setdefault("max", {})
+    if minutes:
+        group = limits.setdefault("tres", {}).setdefault("group", {})
+        kept = [item for item in group.get("minutes") or [] if _tres_name(item) not in minutes]
+        added = [
+            {"type": tres.partition("/")[0], "name": tres.partition("/")[2], "count": count}
+            for tres, count in minutes.items()
+            if count is not None
+        ]
+        group["minutes"] = kept + added
+    for name, value in (jobs or {}).items():
+        path = _JOB_LIMIT_PATHS[name]
+        where = limits.setdefault("jobs", {})
+        for key in path[:-1]:
+            where = where.setdefault(key, {})
+        where[path[-1]] = number_object(value)
+    return changed
+
+
+@reads_slurm_output
+def limits_hold(
+    association: Json,
+    *,
+    minutes: dict[str, int | None] | None = None,
+    jobs: dict[str, int | None] | None = None,
+) -> bool:
+    """Whether the association already has these limits (see ``with_limits``)."""
+    for tres, wanted in (minutes or {}).items():
+        kind, _, name = tres.partition("/")
+        if tres_minutes_limit(association, {"type": kind, "name": name}) != wanted:
+            return False
+    current = {**job_count_limits(association), "MaxSubmitJobs": max_submit_jobs(association)}
+    return all(current[name] == wanted for name, wanted in (jobs or {}).items())
+
+
+# Where v0.0.38 and v0.0.40+ keep the job-count limits under ``max.jobs`` (what
+# max_submit_jobs and job_count_limits read).
+_JOB_LIMIT_PATHS = {
+    "MaxSubmitJobs": ("total",),
+    "GrpSubmitJobs": ("per", "submitted"),
+    "GrpJobs": ("per", "count"),
+}
+
+
+def _tres_name(item: Json) -> str:
+    return "/".join(part for part in (item.get("type"), item.get("name")) if part)
+
+
+@reads_slurm_output
+def minutes_used(payload: Json, account: str) -> MinutesUsed | None:
+    """``GET /slurm/{v}/shares`` (v0.0.40+): the account's raw GPU and CPU usage in whole
+    minutes, as sshare's GrpTRESRaw prints it (``tres.usage`` is in TRES-seconds); None
+    when the answer has no such account."""
+    for share in (payload.get("shares") or {}).get("shares") or []:
+        types = {str(t).upper() for t in share.get("type") or []}
+        if share.get("name") != account or "ASSOCIATION" not in types or share.get("partition"):
+            continue
+        usage = {
+            item.get("name"): item.get("value")
+            for item in (share.get("tres") or {}).get("usage") or []
+        }
+        return MinutesUsed(
+            gpu=int(float(usage.get("gres/gpu") or 0) // 60),
+            cpu=int(float(usage.get("cpu") or 0) // 60),
+        )
+    return None
+
+
+@reads_slurm_output
+def cancel_outcome(payload: Json | None) -> set[int]:
+    """The error numbers of a v0.0.41+ cancellation's per-job ``status`` list (its ``errors``
+    stay empty when slurmctld refused one job): 2017 for an id it does not know, 2021
+    for a job that already ended. v0.0.40 (and 22.05) send no status."""
+    codes = set()
+    for status in (payload or {}).get("status") or []:
+        code = (status.get("error") or {}).get("code")
+        if isinstance(code, int) and code:
+            codes.add(code)
+    return codes
+
+
+@reads_slurm_output
+def cancel_message(payload: Json | None) -> str:
+    return "; ".join(
+        str((status.get("error") or {}).get("message") or "")
+        for status in (payload or {}).get("status") or []
+        if (status.get("error") or {}).get("code")
+    )
+
+
+def job_description(request: SubmitRequest, version: str | None = None) -> Json:
     """The ``job`` object of ``POST /slurm/{v}/job/submit``.
 
     slurmrestd starts the job with exactly ``environment`` (no --export, no
     login environment) but refuses an empty one ("environment must be set");
     SLURM_JOB_NAME is the one variable Slurm sets to the same value anyway.
     Without PATH, bash falls back to its built-in search path.
+
+    v0.0.40+ (``version``) want the script inside the job, the environment as a list of
+    ``NAME=value``, the time limit as a number object (v0.0.40 warns about a plain
+    one), the node count as text and GPUs as TRES strings: they have no
+    ``gpus_per_node``, and 24.11 *ignores* a key it does not know (with a warning, the
+    job queued anyway), so only keys of its job_desc_msg may be sent.
     """
     for key in request.environment:
         if not key or "=" in key:
             raise ValueError(f"environment variable {key!r} cannot be passed to slurmrestd")
+    environment = dict(request.environment) or {"SLURM_JOB_NAME": request.name}
     job: Json = {
         "account": request.account,
         "partition": request.partition,
@@ -384,19 +627,39 @@ def job_description(request: SubmitRequest) -> Json:
         "current_working_directory": request.working_directory,
         "standard_output": request.stdout_path,
         "standard_error": request.stderr_path,
-        "environment": dict(request.environment) or {"SLURM_JOB_NAME": request.name},
+        "environment": environment,
     }
-    optional = {
-        # 22.05 refuses tres_per_node/tres_per_job ("Unknown key").
-        "gpus_per_node": request.gpus_per_node,
-        "cpus_per_gpu": request.cpus_per_gpu,
-        "memory_per_gpu": request.mem_per_gpu_mb,
-        "array": request.array,
-        "dependency": "afterok:" + ":".join(map(str, request.after_ok)) if request.after_ok else "",
-        "comment": request.comment,
-    }
+    dependency = "afterok:" + ":".join(map(str, request.after_ok)) if request.after_ok else ""
+    if reshaped(version):
+        job.update(
+            script=request.script,
+            nodes=str(request.nodes),
+            time_limit=number_object(request.time_limit_minutes),
+            environment=[f"{key}={value}" for key, value in environment.items()],
+        )
+        gpu = "gres/gpu"
+        optional: dict[str, Any] = {
+            "tres_per_node": f"{gpu}={request.gpus_per_node}" if request.gpus_per_node else "",
+            "cpus_per_tres": f"{gpu}:{request.cpus_per_gpu}" if request.cpus_per_gpu else "",
+            "memory_per_tres": f"{gpu}:{request.mem_per_gpu_mb}" if request.mem_per_gpu_mb else "",
+        }
+    else:
+        optional = {
+            # 22.05 refuses tres_per_node/tres_per_job ("Unknown key").
+            "gpus_per_node": request.gpus_per_node,
+            "cpus_per_gpu": request.cpus_per_gpu,
+            "memory_per_gpu": request.mem_per_gpu_mb,
+        }
+    optional.update(array=request.array, dependency=dependency, comment=request.comment)
     job.update({key: value for key, value in optional.items() if value})
     return job
+
+
+def submit_body(request: SubmitRequest, version: str | None) -> Json:
+    """The body of ``POST /slurm/{v}/job/submit``: v0.0.41+ deprecate the outer script."""
+    if reshaped(version):
+        return {"job": job_description(request, version)}
+    return {"script": request.script, "job": job_description(request, version)}
 
 
 # --- the client --------------------------------------------------------------------

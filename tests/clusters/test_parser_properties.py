@@ -167,11 +167,25 @@ JOB_KEYS = ["job_id", "job_state", "state", "array_job_id", "array_task_id", "ar
             "name", "user_name", "user_id", "account", "partition", "state_reason", "comment",
             "submit_time", "start_time", "time_limit", "exit_code", "array", "time", "tres",
             "user"]  # fmt: skip
+# 24.11's (v0.0.40+) numbers: {"set", "infinite", "number"}, and its lists of states.
+number_objects = st.fixed_dictionaries(
+    {"set": st.booleans(), "infinite": st.booleans(), "number": st.integers() | st.floats()},
+    optional={"extra": json_values},
+)
+state_lists = st.lists(
+    st.sampled_from(["PENDING", "RUNNING", "FAILED", "REQUEUED", "COMPLETING", "LAUNCH_FAILED"])
+    | st.text(max_size=8),
+    max_size=3,
+)
+json_values = json_values | number_objects | state_lists
 job_like = st.dictionaries(st.sampled_from(JOB_KEYS), json_values, max_size=10)
 # A job that looks right except for what Hypothesis changes.
 good_job = st.fixed_dictionaries(
-    {"job_id": st.integers(1, 2**31), "job_state": st.sampled_from(["RUNNING", "FAILED"]),
-     "state": st.fixed_dictionaries({"current": st.sampled_from(["COMPLETED", "FAILED"])})},
+    {"job_id": st.integers(1, 2**31),
+     "job_state": st.sampled_from(["RUNNING", "FAILED", ["FAILED"], ["PENDING", "REQUEUED"]]),
+     "state": st.fixed_dictionaries(
+         {"current": st.sampled_from(["COMPLETED", "FAILED", ["FAILED"], ["RUNNING"]])}
+     )},
     optional={key: json_values for key in JOB_KEYS if key not in ("job_id", "job_state", "state")},
 )  # fmt: skip
 payloads = st.one_of(
@@ -201,6 +215,14 @@ REST_PARSERS = [
     lambda payload: rest_parsing.pending_array_tasks(payload),
     lambda payload: rest_parsing.allocated_gpus(payload),
     lambda payload: rest_parsing.accounting_exit_code(payload, SlurmJobState.FAILED),
+    rest_parsing.exit_status,
+    lambda payload: rest_parsing.minutes_used(payload, "contract"),
+    rest_parsing.cancel_outcome,
+    rest_parsing.cancel_message,
+    lambda payload: rest_parsing.limits_hold(payload, minutes={"cpu": 1}, jobs={"GrpJobs": 0}),
+    lambda payload: rest_parsing.with_limits(
+        payload, minutes={"gres/gpu": None, "cpu": 3}, jobs={"MaxSubmitJobs": 2}
+    ),
 ]
 
 
@@ -213,6 +235,8 @@ REST_PARSERS = [
 @example(payload={"jobs": [None]})
 @example(payload={"errors": "down"})
 @example(payload={"task": "0xZZ"})
+@example(payload={"jobs": [{"job_id": 1, "job_state": []}]})  # an empty list of states
+@example(payload={"shares": {"shares": [{"name": "contract", "type": ["ASSOCIATION"]}]}})
 def test_every_json_parser_reads_anything_or_says_it_cannot(payload):
     json.dumps(payload)  # what Hypothesis drew is JSON
     for parse in REST_PARSERS:
@@ -233,3 +257,35 @@ def test_a_pending_array_bitmap_reads_as_the_tasks_it_holds(tasks, limit):
         read |= set(range(int(first), int(last or first) + 1))
     assert read == tasks
     assert shown_limit == (str(limit) if limit else "")
+
+
+@FAST
+@given(
+    value=st.integers(-(2**40), 2**40),
+    set_=st.booleans(),
+    infinite=st.booleans(),
+)
+def test_a_number_object_reads_as_its_number_only_when_set_and_finite(value, set_, infinite):
+    read = rest_parsing.number({"set": set_, "infinite": infinite, "number": value})
+    plain = rest_parsing.number(value)
+    assert read == (plain if set_ and not infinite else None)
+    assert plain == (value if 0 <= value < 0xFFFFFFFE else None)
+
+
+@FAST
+@given(
+    minutes=st.dictionaries(
+        st.sampled_from(["gres/gpu", "cpu"]), st.none() | st.integers(0, 2**40), max_size=2
+    ),
+    jobs=st.dictionaries(
+        st.sampled_from(["MaxSubmitJobs", "GrpSubmitJobs", "GrpJobs"]),
+        st.none() | st.integers(0, 2**31),
+        max_size=3,
+    ),
+)
+def test_limits_written_into_an_association_read_back_as_written(minutes, jobs):
+    association = {"account": "a", "max": {"tres": {"group": {"minutes": [
+        {"type": "mem", "name": "", "count": 9}]}}}}  # fmt: skip
+    changed = rest_parsing.with_limits(association, minutes=minutes, jobs=jobs)
+    assert rest_parsing.limits_hold(changed, minutes=minutes, jobs=jobs)
+    assert rest_parsing.tres_minutes_limit(changed, {"type": "mem", "name": ""}) == 9

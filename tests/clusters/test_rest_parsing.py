@@ -1,5 +1,5 @@
 """The rest adapter's pure logic: JWT minting and parsers of slurmrestd answers
-recorded from the dev cluster (Slurm 22.05)."""
+recorded from the dev clusters (Slurm 22.05, and 24.11's v0.0.40-v0.0.42)."""
 
 import base64
 import datetime as dt
@@ -18,23 +18,33 @@ from clusters.slurm.rest import RestClient
 from clusters.slurm.rest_parsing import (
     accounting_exit_code,
     allocated_gpus,
+    cancel_message,
+    cancel_outcome,
     cpu_minutes_limit,
     decode_wait_status,
+    error_codes,
     error_for,
     errors_message,
     gpu_minutes_limit,
+    job_count_limits,
     job_description,
+    job_state,
+    limits_hold,
     max_submit_jobs,
+    minutes_used,
     newest_versions,
     parse_accounting,
     parse_partitions,
     parse_queue,
     parse_queue_exit_codes,
     pending_array_tasks,
+    submit_body,
     submitted_job_id,
+    tres_minutes_limit,
+    with_limits,
 )
 from clusters.slurm.states import SlurmJobState
-from clusters.slurm.types import SubmitRequest
+from clusters.slurm.types import MinutesUsed, SubmitRequest
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "slurmrestd"
 WHERE = "GET http://slurmrestd/test"
@@ -153,7 +163,8 @@ def test_the_newest_api_the_client_speaks_is_chosen_for_slurm_and_slurmdb():
 
 
 def test_a_version_the_parsers_do_not_know_is_not_chosen():
-    assert newest_versions(["/slurm/v0.0.36/ping", "/slurm/v0.0.40/ping"]) == (None, None)
+    assert newest_versions(["/slurm/v0.0.36/ping", "/slurm/v0.0.39/ping"]) == (None, None)
+    assert newest_versions(["/slurm/v0.0.43/ping", "/slurm/v0.0.42/ping"]) == ("v0.0.42", None)
     assert newest_versions(["/slurm/v0.0.38/ping"]) == ("v0.0.38", None)
 
 
@@ -432,3 +443,196 @@ def test_an_empty_environment_still_gives_slurmrestd_one_variable_slurm_sets_any
 def test_an_environment_key_with_an_equals_sign_is_refused():
     with pytest.raises(ValueError):
         job_description(request(environment={"A=B": "1"}))
+
+
+# --- Slurm 24.11: data parsers v0.0.40-v0.0.42 (fixtures in 24.11/) -------------------------
+
+NEXT = "24.11"
+RESHAPED = ["v0.0.40", "v0.0.41", "v0.0.42"]
+
+
+def recorded_next(name: str, version: str) -> dict:
+    return recorded(f"{NEXT}/{name}-{version}.json")
+
+
+def test_the_newest_of_24_11s_versions_is_chosen_for_slurm_and_slurmdb():
+    paths = list(recorded(f"{NEXT}/openapi_paths.json")["paths"])
+    assert newest_versions(paths) == ("v0.0.42", "v0.0.42")
+    older = [p for p in paths if "v0.0.42" not in p]
+    assert newest_versions(older) == ("v0.0.41", "v0.0.41")
+    assert newest_versions([p for p in older if "v0.0.41" not in p]) == ("v0.0.40", "v0.0.40")
+
+
+@pytest.mark.parametrize("version", RESHAPED)
+def test_24_11s_queue_reads_as_22_05s(version):
+    jobs = {e.job_id: e for e in parse_queue(recorded_next("jobs", version))}
+    running = jobs[1]
+    assert (running.state, running.user, running.account, running.partition) == (
+        SlurmJobState.RUNNING, "alice", "contract", "short",
+    )  # fmt: skip
+    assert running.comment == "portal:fixture" and running.time_limit_minutes == 5
+    assert running.submitted_at == utc(1796317458) == running.started_at
+    assert (jobs[2].state, jobs[2].reason, jobs[2].started_at) == (
+        SlurmJobState.PENDING, "Dependency", None,
+    )  # fmt: skip
+    assert jobs[3].reason == "JobHeldUser"
+    assert (jobs[4].name, jobs[4].comment) == ('café|na"me', "")
+    assert jobs[8].state == SlurmJobState.CANCELLED
+    assert (jobs[9].array_job_id, jobs[9].array_task) == (9, "0-3%2")  # a pending array
+    assert {(jobs[i].array_job_id, jobs[i].array_task) for i in (10, 11)} == {
+        (10, "1"), (10, "0"),
+    }  # fmt: skip
+    assert jobs[1].array_job_id is None and jobs[1].array_task is None
+
+
+@pytest.mark.parametrize("version", RESHAPED)
+def test_24_11s_accounting_keeps_exit_codes_and_gpus(version):
+    entries = {e.job_id: e for e in parse_accounting(recorded_next("accounting", version))}
+    assert entries[1].allocated_gpus == 2 and entries[1].allocated_cpus == 1
+    assert entries[1].state == SlurmJobState.RUNNING
+    # Read without disable_truncate_usage_time, a running job's "end" is now: not an end.
+    assert entries[1].ended_at is None and entries[1].started_at == utc(1796317458)
+    failed = entries[5]
+    assert (failed.state, failed.exit_code, failed.signal) == (SlurmJobState.FAILED, 3, 0)
+    assert failed.comment == "portal:fixture"  # ended: the comment is there
+    assert (entries[6].state, entries[6].exit_code) == (SlurmJobState.COMPLETED, 0)
+    killed = entries[7]
+    assert (killed.state, killed.exit_code, killed.signal) == (SlurmJobState.FAILED, 0, 9)
+    assert entries[8].state == SlurmJobState.CANCELLED and entries[8].elapsed_s == 10
+    assert entries[8].ended_at == utc(1796317482)
+    assert {(entries[i].array_job_id, entries[i].array_task) for i in (10, 11)} == {
+        (10, "1"), (10, "0"),
+    }  # fmt: skip
+    assert entries[10].comment == ""  # running: 24.11 stores the comment at the end
+
+
+def test_24_11s_exit_code_objects():
+    signaled = {
+        "status": ["SIGNALED"],
+        "return_code": {"set": False, "infinite": False, "number": 0},
+        "signal": {"id": {"set": True, "infinite": False, "number": 15}, "name": "TERM"},
+    }
+    assert accounting_exit_code(signaled, SlurmJobState.CANCELLED) == (0, 15)
+    error = {"status": ["ERROR"], "return_code": {"set": True, "number": 3}}
+    assert accounting_exit_code(error, SlurmJobState.FAILED) == (3, 0)
+    assert accounting_exit_code({"status": ["PENDING"]}, SlurmJobState.PENDING) == (None, None)
+    queue = {"jobs": [{"job_id": 5, "job_state": ["FAILED"], "exit_code": error}]}
+    assert parse_queue_exit_codes(queue) == {5: (3, 0)}
+
+
+def test_a_state_list_shows_its_telling_flag_as_squeue_does():
+    assert job_state(["PENDING", "REQUEUED"]) == SlurmJobState.REQUEUED
+    assert job_state(["RUNNING", "COMPLETING"]) == SlurmJobState.COMPLETING
+    assert job_state(["PENDING", "LAUNCH_FAILED"]) == SlurmJobState.PENDING
+    assert job_state("CANCELLED by 0") == SlurmJobState.CANCELLED
+
+
+@pytest.mark.parametrize("version", ["v0.0.40", "v0.0.42"])
+def test_24_11s_partitions_have_gpus_and_limits_but_no_default(version):
+    partitions = {
+        p.name: p
+        for p in parse_partitions(
+            recorded_next("partitions", version), recorded_next("nodes", version)
+        )
+    }
+    batch, short = partitions["batch"], partitions["short"]
+    assert (batch.max_time_minutes, short.max_time_minutes) == (7 * 24 * 60, 60)
+    assert (short.gpus_per_node, short.gpu_type, short.total_gpus, short.nodes) == (4, "b200", 4, 1)
+    assert batch.is_up and short.is_up
+    assert not batch.is_default and not short.is_default  # 24.11's REST does not say
+
+
+@pytest.mark.parametrize("version", ["v0.0.40", "v0.0.42"])
+def test_24_11s_associations_read_unset_limits_as_none(version):
+    own = next(a for a in recorded_next("associations", version)["associations"] if not a["user"])
+    assert (gpu_minutes_limit(own), cpu_minutes_limit(own), max_submit_jobs(own)) == (
+        None, None, None,
+    )  # fmt: skip
+    assert job_count_limits(own) == {"GrpSubmitJobs": None, "GrpJobs": None}
+
+
+def test_limits_change_in_an_association_that_goes_back_whole():
+    own = next(a for a in recorded_next("associations", "v0.0.42")["associations"] if not a["user"])
+    own["max"]["tres"]["group"]["minutes"] = [
+        {"type": "gres", "name": "gpu", "id": 1001, "count": 77},
+        {"type": "mem", "name": "", "id": 2, "count": 5},
+    ]
+    changed = with_limits(
+        own, minutes={"cpu": 7}, jobs={"MaxSubmitJobs": 3, "GrpJobs": 0, "GrpSubmitJobs": None}
+    )
+    assert (gpu_minutes_limit(changed), cpu_minutes_limit(changed)) == (77, 7)
+    assert tres_minutes_limit(changed, {"type": "mem", "name": ""}) == 5  # kept as it was
+    assert max_submit_jobs(changed) == 3
+    assert job_count_limits(changed) == {"GrpSubmitJobs": None, "GrpJobs": 0}
+    assert limits_hold(changed, minutes={"cpu": 7}, jobs={"GrpJobs": 0})
+    assert not limits_hold(own, minutes={"cpu": 7})
+    cleared = with_limits(changed, minutes={"gres/gpu": None}, jobs={"MaxSubmitJobs": None})
+    assert (gpu_minutes_limit(cleared), cpu_minutes_limit(cleared)) == (None, 7)
+    assert max_submit_jobs(cleared) is None
+    assert (changed["account"], changed["parent_account"]) == (own["account"], "root")
+    assert gpu_minutes_limit(own) == 77  # the association read is not changed
+
+
+@pytest.mark.parametrize("version", ["v0.0.40", "v0.0.42"])
+def test_usage_is_read_from_shares_in_whole_minutes(version):
+    payload = recorded_next("shares", version)
+    # contract's cpu usage is 10.999884 cpu-seconds: sshare's GrpTRESRaw says cpu=0.
+    assert minutes_used(payload, "contract") == MinutesUsed(gpu=0, cpu=0)
+    share = next(s for s in payload["shares"]["shares"] if s["name"] == "contract")
+    for item in share["tres"]["usage"]:
+        item["value"] = {"cpu": 7260.5, "gres/gpu": 119.9}.get(item["name"], item["value"])
+    assert minutes_used(payload, "contract") == MinutesUsed(gpu=1, cpu=121)
+    assert minutes_used(payload, "alice") is None  # a user's share is not an account's
+    assert minutes_used(payload, "no-such-account") is None
+
+
+def test_24_11s_submit_answers():
+    for version in ("v0.0.40", "v0.0.42"):
+        held = recorded_next("submit_held", version)
+        assert submitted_job_id(held) and not error_codes(held)  # held: a warning only
+    refused = recorded_next("submit_refused_account", "v0.0.42")
+    assert submitted_job_id(refused) is None
+    error = error_for(refused, where=WHERE)
+    assert isinstance(error, SlurmRejected) and "Invalid account" in error.message
+    for name in ("submit_refused_gpus", "submit_refused_time"):
+        assert isinstance(error_for(recorded_next(name, "v0.0.42"), where=WHERE), SlurmRejected)
+    token = recorded_next("diag_token_refused", "v0.0.42")
+    assert "refused the portal's token" in str(error_for(token, where=WHERE))
+
+
+def test_24_11s_cancellations_say_in_a_status_what_slurmctld_refused():
+    assert isinstance(error_for(recorded_next("cancel_unknown", "v0.0.42"), where=WHERE), NotFound)
+    unknown = recorded_next("cancel_unknown_small_id", "v0.0.42")
+    assert not error_codes(unknown) and cancel_outcome(unknown) == {2017}
+    assert "Invalid job id" in cancel_message(unknown)
+    assert cancel_outcome(recorded_next("cancel_unknown_small_id", "v0.0.40")) == set()
+    assert cancel_outcome(recorded_next("cancel_ended", "v0.0.42")) == {2017}
+
+
+def test_nothing_found_is_a_warning_in_24_11_not_an_error():
+    for name in ("associations_nothing_found", "accounting_job_nothing_found"):
+        payload = recorded_next(name, "v0.0.42")
+        assert not error_codes(payload) and payload["warnings"]
+
+
+def test_a_24_11_job_description_uses_its_own_keys():
+    wanted = request(
+        gpus_per_node=2, cpus_per_gpu=4, mem_per_gpu_mb=16_000, nodes=2,
+        environment={"FOO": "bar baz"}, array="0-9%2", after_ok=(11,), comment="portal:abc",
+    )  # fmt: skip
+    for version in RESHAPED:
+        body = submit_body(wanted, version)
+        assert set(body) == {"job"}
+        job = body["job"]
+        assert job["script"] == wanted.script
+        assert job["environment"] == ["FOO=bar baz"]
+        assert job["time_limit"] == {"set": True, "infinite": False, "number": 30}
+        assert job["nodes"] == "2"
+        assert job["tres_per_node"] == "gres/gpu=2"
+        assert (job["cpus_per_tres"], job["memory_per_tres"]) == ("gres/gpu:4", "gres/gpu:16000")
+        assert not {"gpus_per_node", "cpus_per_gpu", "memory_per_gpu"} & set(job)
+        assert (job["array"], job["dependency"]) == ("0-9%2", "afterok:11")
+    plain = submit_body(request(), "v0.0.42")["job"]
+    assert plain["environment"] == ["SLURM_JOB_NAME=train"]
+    assert not {"tres_per_node", "cpus_per_tres", "array", "dependency"} & set(plain)
+    assert submit_body(request(), "v0.0.38")["script"] == "#!/bin/bash\ntrue\n"
