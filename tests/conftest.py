@@ -1,6 +1,5 @@
 """Fixtures shared by every test: the live dev stack, personas, a real Celery worker."""
 
-import datetime as dt
 import os
 import pwd
 import shutil
@@ -284,18 +283,15 @@ def celery_worker(django_db_setup):
         yield queue, hostname
 
 
-TODAY = dt.date.today()
-
-
 @pytest.fixture
 def make_project(dev_cluster):
     """make_project(members={user: role}, gpu_hours=…, in_slurm=True, clusters=…): a
     project with an active allocation on each of ``clusters`` (the dev cluster unless
     told); with ``in_slurm`` the reconciler has given its account, associations and
     limit to each cluster's Slurm. The Slurm account is unique per test."""
-    from accounts.ledger import allocation_grant
     from accounts.reconcile import reconcile
     from accounts.services import membership_set, project_create
+    from tests.factories import month_allocation
 
     made: list[tuple[str, object]] = []
 
@@ -306,15 +302,7 @@ def make_project(dev_cluster):
             membership_set(project=project, user=user, role=role)
         for cluster in clusters:
             made.append((account, cluster))
-            allocation_grant(
-                project=project,
-                cluster=cluster,
-                gpu_hours=gpu_hours,
-                starts_on=TODAY - dt.timedelta(days=1),
-                ends_on=TODAY + dt.timedelta(days=30),
-                actor=None,
-                reason="test",
-            )
+            month_allocation(project, cluster, gpu_hours=gpu_hours)
             if in_slurm:
                 report = reconcile(cluster=cluster)
                 assert not report.errors, report.errors

@@ -113,25 +113,32 @@ def recorded_cluster(name: str = "recorded"):
     return cluster
 
 
-def project_with_allocation(cluster, *, pi, account: str = "vision", gpu_hours: int = 10):
-    """A project led by ``pi`` with an active allocation on ``cluster``; Slurm is not told."""
+def month_allocation(project, cluster, *, gpu_hours, reason: str = "test"):
+    """An active allocation of ``project`` on ``cluster``, from yesterday for 30 days."""
     import datetime as dt
 
     from accounts.ledger import allocation_grant
-    from accounts.services import membership_set, project_create
 
-    project = project_create(slug=account, name=account.title(), slurm_account=account)
-    membership_set(project=project, user=pi, role="pi")
     today = dt.date.today()
-    allocation_grant(
+    return allocation_grant(
         project=project,
         cluster=cluster,
         gpu_hours=gpu_hours,
         starts_on=today - dt.timedelta(days=1),
         ends_on=today + dt.timedelta(days=30),
         actor=None,
-        reason="test",
+        reason=reason,
     )
+
+
+def project_with_allocation(cluster, *, pi, account: str = "vision", gpu_hours: int = 10):
+    """A project led by ``pi`` with an active allocation on ``cluster``; Slurm is not told."""
+
+    from accounts.services import membership_set, project_create
+
+    project = project_create(slug=account, name=account.title(), slurm_account=account)
+    membership_set(project=project, user=pi, role="pi")
+    month_allocation(project, cluster, gpu_hours=gpu_hours)
     return project
 
 

@@ -1,6 +1,5 @@
 """Shared by the security tests: a cluster that needs no Slurm, cheap personas, funded projects."""
 
-import datetime as dt
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -8,12 +7,10 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 
 from accounts.groups import ALLOCATION_MANAGERS
-from accounts.ledger import allocation_grant
 from accounts.models import Project, User
 from accounts.services import membership_set, project_create
 from clusters.models import Cluster, Partition
-
-TODAY = dt.date.today()
+from tests.factories import month_allocation
 
 
 def person(
@@ -59,15 +56,7 @@ def funded_project(
     project = project_create(slug=slug, name=f"Project {slug}", slurm_account=slug)
     for user, role in members.items():
         membership_set(project=project, user=user, role=role)
-    allocation_grant(
-        project=project,
-        cluster=cluster,
-        gpu_hours=gpu_hours,
-        starts_on=TODAY - dt.timedelta(days=1),
-        ends_on=TODAY + dt.timedelta(days=30),
-        actor=None,
-        reason="security tests",
-    )
+    month_allocation(project, cluster, gpu_hours=gpu_hours, reason="security tests")
     return project
 
 
