@@ -24,7 +24,7 @@ from accounts.services import (
 from clusters.models import Cluster
 from clusters.services import cluster_register, partitions_sync
 from clusters.slurm import SlurmUnavailable
-from portal.devstack import CLUSTER_NEXT, NEXT_CLUSTER, is_running, script_env
+from portal.devstack import CLUSTER_NEXT, DEV_CLUSTER, NEXT_CLUSTER, STACK, is_running, script_env
 
 
 @dataclass(frozen=True)
@@ -85,18 +85,30 @@ def next_cluster_register() -> Cluster | None:
     if not is_running(CLUSTER_NEXT):
         return None
     tools = script_env(CLUSTER_NEXT)
-    return cluster_register(
+    cluster = cluster_register(
         name=tools["SLURM_CLUSTER_NAME"],
         backend=Cluster.Backend.CLI,
         command_prefix=tools["SLURM_COMMAND_PREFIX"],
         run_as_prefix=tools["SLURM_RUN_AS_PREFIX"],
     )
+    return with_slurmrestd(cluster, tools)
+
+
+def with_slurmrestd(cluster: Cluster, env: dict[str, str]) -> Cluster:
+    """The cluster with its slurmrestd's URL and JWT key filled in where they are empty,
+    so a manager can switch it to the rest backend in the admin console."""
+    if not cluster.rest_url:
+        cluster.rest_url = env["SLURM_REST_URL"]
+        cluster.jwt_key_file = env["SLURM_JWT_KEY_FILE"]
+        cluster.save(update_fields=["rest_url", "jwt_key_file"])
+    return cluster
 
 
 def seed_demo(*, cluster_name: str, reset_passwords: bool = False) -> tuple[list[Login], list[str]]:
     """Create what is missing; return the demo logins and a log of what changed."""
     changes: list[str] = []
-    clusters = [cluster_register(name=cluster_name, backend=Cluster.Backend.CLI)]
+    first = cluster_register(name=cluster_name, backend=Cluster.Backend.CLI)
+    clusters = [with_slurmrestd(first, script_env(STACK)) if cluster_name == DEV_CLUSTER else first]
     second = next_cluster_register()
     if second is None:
         changes.append(f"cluster {NEXT_CLUSTER}: not running (dev/cluster-next start), left out")

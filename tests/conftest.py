@@ -86,14 +86,17 @@ def redis_shutdown() -> None:
 
 
 def through_slurmrestd(cluster):
-    """The cluster, reached through slurmrestd with JWTs the portal mints. Projects made
-    before the switch have their limits: 22.05's REST API cannot set them."""
+    """The dev cluster (or portal-next), reached through its slurmrestd with JWTs the
+    portal mints. On portal-dev, projects made before the switch have their limits:
+    22.05's REST API cannot set them."""
     from clusters.models import Cluster
+    from portal.devstack import CLUSTER_NEXT, NEXT_CLUSTER
 
+    env = script_env(CLUSTER_NEXT if cluster.name == NEXT_CLUSTER else STACK)
     Cluster.objects.filter(pk=cluster.pk).update(
         backend=Cluster.Backend.REST,
-        rest_url=stack_value("SLURM_REST_URL"),
-        jwt_key_file=stack_value("SLURM_JWT_KEY_FILE"),
+        rest_url=env["SLURM_REST_URL"],
+        jwt_key_file=env["SLURM_JWT_KEY_FILE"],
     )
     cluster.refresh_from_db()
     return cluster

@@ -13,14 +13,20 @@ from jobs.requests import JobRequest
 from jobs.selectors import job_output
 from jobs.services import job_create, job_estimate
 from jobs.states import JobState
+from tests.conftest import through_slurmrestd
 from tests.factories import request_for, run_to_the_end, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
 
 
+@pytest.mark.parametrize("backend", ["cli", "rest"])
 def test_a_job_for_portal_next_runs_there_as_its_owner_and_is_charged_to_that_allocation(
-    celery_worker, make_project, dev_cluster, next_cluster, alice, workdir
+    celery_worker, make_project, dev_cluster, next_cluster, alice, workdir, backend
 ):
+    # Over rest the reconciler sets the account's limits, the worker submits and the
+    # syncs read the queue and accounting through 24.11's slurmrestd.
+    if backend == "rest":
+        through_slurmrestd(next_cluster)
     project = make_project(
         members={alice: "pi"}, gpu_hours=10, clusters=(dev_cluster, next_cluster)
     )
