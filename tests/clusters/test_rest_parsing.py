@@ -26,6 +26,7 @@ from clusters.slurm.rest_parsing import (
     job_description,
     max_submit_jobs,
     newest_versions,
+    parse_account_list,
     parse_accounting,
     parse_partitions,
     parse_queue,
@@ -432,3 +433,24 @@ def test_an_empty_environment_still_gives_slurmrestd_one_variable_slurm_sets_any
 def test_an_environment_key_with_an_equals_sign_is_refused():
     with pytest.raises(ValueError):
         job_description(request(environment={"A=B": "1"}))
+
+
+def test_the_accounts_a_cluster_already_has_are_listed_as_sacctmgr_lists_them():
+    from tests.clusters.test_cli_parsing import HAND_MADE
+
+    accounts = parse_account_list(
+        recorded("accounts.json"), recorded("associations_all.json"), cluster="portal-dev"
+    )
+    by_name = {account.name: account for account in accounts}
+    assert list(by_name) == ["adoptrec", "adoptrecgrp", "contract"]
+    adoptrec = by_name["adoptrec"]
+    assert (adoptrec.organization, adoptrec.parent) == ("physics", "adoptrecgrp")
+    assert adoptrec.description == "lattice qcd | group"
+    assert adoptrec.limits == HAND_MADE
+    # Another cluster's associations in the same answer are not this one's.
+    assert (
+        parse_account_list(
+            recorded("accounts.json"), recorded("associations_all.json"), cluster="elsewhere"
+        )
+        == []
+    )
