@@ -6,9 +6,10 @@ accounts and keeps the listing (``SlurmAccountListing``) with, for each account 
 by hand, what adopting it would change: the import page shows that snapshot and asks
 Slurm nothing. ``account_adopt`` records the adoption (``AdoptedAccount``, audited);
 the reconciler then manages the account on that cluster as its own: it adds the
-project's members and sets the limits its allocation pays for. Users the site
-associated with the account who are not members are kept and reported, unless the
-manager confirmed their removal when adopting.
+project's members and sets the limits its allocation pays for. The users the site
+had associated with the account (as the listing showed them) who are not members are
+kept and reported, unless the manager confirmed their removal when adopting; a member
+who leaves the project later loses the association, as on the portal's own accounts.
 """
 
 import logging
@@ -139,7 +140,9 @@ def account_adopt(
     """Hand the account made by hand on ``cluster`` to the portal, bound to ``project``
     (whose Slurm account has that name, e.g. the portal's on another cluster) or to a new
     project made from it (slug, name, its PI). The account must be in the cluster's last
-    listing. A repeat into the same project returns the adoption made before.
+    listing: its users there who are not the project's members are kept on the account
+    (``kept_users``) unless ``remove_other_users``. A repeat into the same project
+    returns the adoption made before.
 
     Raises Refused, saying what to do, when it cannot be adopted so.
     """
@@ -199,12 +202,16 @@ def account_adopt(
                 raise Refused(" ".join(error.messages)) from error
             if pi is not None:
                 membership_set(project=project, user=pi, role=Membership.Role.PI, actor=actor)
+        members = member_posix_names(project)
         adopted = AdoptedAccount.objects.create(
             cluster=cluster,
             account=account,
             project=project,
             adopted_by=actor,
             remove_other_users=remove_other_users,
+            # As the manager saw them in the listing: whoever is associated then and is
+            # not a member stays, unless they confirmed the removal.
+            kept_users=[] if remove_other_users else sorted(set(row["users"]) - members),
         )
         audit_record(
             actor=actor,
@@ -217,6 +224,7 @@ def account_adopt(
                 "users": row["users"],
                 "limits": row["limits"],
                 "remove_other_users": remove_other_users,
+                "kept_users": adopted.kept_users,
             },
         )
     logger.info(

@@ -393,14 +393,21 @@ class AdoptedAccount(models.Model):
         User, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     adopted_at = models.DateTimeField(default=timezone.now)
-    # The safe default keeps them: users the site associated with the account who are
-    # not the project's members go on working under it, until a manager says otherwise.
+    # The safe default keeps them: users the site associated with the account who were
+    # not the project's members when it was adopted go on working under it, unless the
+    # manager confirmed their removal. Anyone else the reconciler keeps in step with the
+    # project's members, as on the portal's own accounts (a member who leaves loses it).
     remove_other_users = models.BooleanField(
         default=False,
         help_text=_(
             "Whether the reconciler removes the associations of users who are not the "
-            "project's members; if not, it only adds members and keeps the others."
+            "project's members; if not, it keeps those the site had given the account."
         ),
+    )
+    kept_users = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=_("The site's users the reconciler keeps on the account: not members."),
     )
 
     class Meta:

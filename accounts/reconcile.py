@@ -29,9 +29,9 @@ allocation manager adopted on that cluster (``AdoptedAccount``, see
 ``accounts.adoption``). A project bound to an account that a site made by hand and
 nobody adopted — someone else's budget — gets no users, associations or limits: the
 run reports it as an error and leaves the account alone. An adopted account is
-managed as the portal's own, except that users the site associated with it who are
-not the project's members are kept (and reported) unless the adoption said to
-remove them.
+managed as the portal's own, except that the users the site had associated with it
+when it was adopted who are not the project's members are kept (and reported),
+unless the adoption said to remove them.
 
 The portal creates its accounts under the cluster's ``parent_account``; when the
 cluster has no such account the run reports it for each account it would have
@@ -219,16 +219,14 @@ def _plan_project(run: Run, project: Project, warnings: list[str]) -> list[Actio
         actions.append(Action(account, "add account"))
         state, used = _ABSENT, MinutesUsed(gpu=0, cpu=0)
     present = set(state.users)
-    others = sorted(present - wanted)
+    kept = set(adoption.kept_users) if adoption is not None else set()
     actions += [Action(account, "add user", user) for user in sorted(wanted - present)]
-    if adoption is not None and not adoption.remove_other_users:
-        warnings += [
-            f"{account}: {user} is associated with it but is not a project member; kept, as "
-            "the account's adoption keeps the users the site gave it"
-            for user in others
-        ]
-    else:
-        actions += [Action(account, "remove user", user) for user in others]
+    actions += [Action(account, "remove user", user) for user in sorted(present - wanted - kept)]
+    warnings += [
+        f"{account}: {user} is associated with it but is not a project member; kept, as "
+        "the site had given it the account when it was adopted"
+        for user in sorted(present & kept - wanted)
+    ]
     balance = project_balance(project, cluster=cluster)
     covered = balance.available_gpu_seconds + balance.held_gpu_seconds
     prices = cluster.partitions.aggregate(weight=Min("billing_weight"), rate=Min("cpu_hour_rate"))
@@ -374,7 +372,13 @@ def adoption_preview(client: SlurmClient, cluster: Cluster, project: Project) ->
     changing nothing."""
     run = Run(client, cluster)
     account = project.slurm_account
-    run.adoptions[account] = AdoptedAccount(cluster=cluster, account=account, project=project)
+    try:
+        users = client.account_limits(account).users
+    except NotFound:
+        users = ()
+    run.adoptions[account] = AdoptedAccount(
+        cluster=cluster, account=account, project=project, kept_users=list(users)
+    )
     if project in projects_to_reconcile(cluster):
         return _plan_project(run, project, [])
     if project in projects_to_block(cluster):

@@ -72,6 +72,7 @@ class AdoptedAccountAdmin(admin.ModelAdmin):
         "adopted_by",
         "adopted_at",
         "remove_other_users",
+        "kept_users",
     ]
 
     def may_adopt(self, request) -> bool:

@@ -10,7 +10,7 @@ from django.core.management import call_command
 from accounts.adoption import account_adopt, account_listing_refresh
 from accounts.errors import Refused
 from accounts.ledger import allocation_grant
-from accounts.models import AdoptedAccount, Project, SlurmAccountListing
+from accounts.models import AdoptedAccount, Membership, Project, SlurmAccountListing
 from accounts.reconcile import reconcile
 from accounts.services import membership_set, project_create
 from audit.models import AuditEvent
@@ -115,6 +115,7 @@ def test_an_account_made_by_hand_is_listed_left_alone_then_adopted_and_managed(
         lattice,
         False,
     )
+    assert adoption.kept_users == ["charlie"]
     event = AuditEvent.objects.get(action=AuditEvent.Action.ACCOUNT_ADOPT)
     assert (event.actor_id, event.scope) == (manny.pk, account)
     assert event.detail["users"] == ["charlie"] and event.detail["cluster"] == DEV_CLUSTER
@@ -136,6 +137,22 @@ def test_an_account_made_by_hand_is_listed_left_alone_then_adopted_and_managed(
     other = client.account_limits(untouched)
     assert (other.users, other.gpu_minutes, other.max_submit_jobs) == (("alice",), 5000, 50)
     assert [a for a in reconcile(cluster=dev_cluster).actions if a.account == account] == []
+
+
+@pytest.mark.slurm
+def test_a_member_who_leaves_an_adopted_account_loses_it_and_the_sites_user_stays(
+    lattice, dev_cluster, manny, bob
+):
+    account = lattice.slurm_account
+    account_listing_refresh(cluster=dev_cluster)
+    account_adopt(cluster=dev_cluster, account=account, project=lattice, actor=manny)
+    reconcile(cluster=dev_cluster)
+    Membership.objects.filter(project=lattice, user=bob).delete()
+    report = reconcile(cluster=dev_cluster)
+    assert [str(a) for a in report.actions if a.account == account] == [
+        f"{account}: remove user bob"
+    ]
+    assert client_for(dev_cluster).account_limits(account).users == ("alice", "charlie")
 
 
 @pytest.mark.slurm

@@ -106,7 +106,7 @@ def test_adopting_into_the_project_of_its_name_records_who_and_when(
         "lattice",
         manny,
     )
-    assert not adoption.remove_other_users
+    assert not adoption.remove_other_users and adoption.kept_users == ["charlie"]
     assert AuditEvent.objects.get(action="slurm_account.adopt").actor_id == manny.pk
     assert LogEntry.objects.filter(object_id=str(adoption.pk)).exists()
     assert "Adopted into Lattice." in client.get(IMPORT).content.decode()
@@ -131,7 +131,8 @@ def test_adopting_into_a_new_project_makes_it_with_its_pi(client, manny, alice, 
     project = Project.objects.get(slug="physics")
     assert (project.slurm_account, project.description) == ("physics", "lattice qcd")
     assert project.memberships.get().user == alice
-    assert AdoptedAccount.objects.get(project=project).remove_other_users
+    adoption = AdoptedAccount.objects.get(project=project)
+    assert adoption.remove_other_users and adoption.kept_users == []
 
 
 def test_a_manager_asks_for_a_new_listing_and_it_is_queued(client, manny, cluster, monkeypatch):
