@@ -15,13 +15,17 @@ from accounts.reconcile import reconcile
 from accounts.services import membership_set, project_create
 from audit.models import AuditEvent
 from clusters.slurm import client_for
-from tests.slurm_accounts import DEV_CLUSTER, account_remove, sacctmgr_change
+from tests.slurm_accounts import DEV, DEV_CLUSTER, account_remove, sacctmgr_change
 
 TODAY = dt.date.today()
 CLUSTER = f"cluster={DEV_CLUSTER}"
+# The site's own user of the accounts made by hand: a Slurm user of these tests alone
+# (sacctmgr needs no Unix account for it). Its first association becomes its default
+# account, which Slurm will not delete while the user has it: the user goes first.
+SITE_USER = f"site{uuid.uuid4().hex[:8]}"
 
 
-def made_by_hand(account: str, *, users=("charlie",), parent: str = "root") -> None:
+def made_by_hand(account: str, *, users=(SITE_USER,), parent: str = "root") -> None:
     """An account a site made with sacctmgr: its own organization, users and a limit."""
     sacctmgr_change(
         "add", "account", account, CLUSTER, f"parent={parent}", "organization=physics",
@@ -46,6 +50,8 @@ def accounts():
         return made[-1]
 
     yield name
+    if DEV.run("sacctmgr", "-n", "-P", "show", "user", SITE_USER, "format=User").stdout.strip():
+        sacctmgr_change("delete", "user", "where", f"name={SITE_USER}")
     for account in reversed(made):
         account_remove(account)
 
@@ -65,7 +71,7 @@ def granted(project: Project, cluster, gpu_hours: int = 10) -> Project:
 
 @pytest.fixture
 def lattice(accounts, dev_cluster, alice, bob):
-    """A hand-made account (charlie associated, 5000 GPU-minutes) and a project of its
+    """A hand-made account (the site's user associated, 5000 GPU-minutes) and a project of its
     name with alice and bob and 10 GPU-hours on the dev cluster."""
     account = accounts()
     made_by_hand(account)
@@ -90,9 +96,9 @@ def test_an_account_made_by_hand_is_listed_left_alone_then_adopted_and_managed(
 
     listing = account_listing_refresh(cluster=dev_cluster)
     row = row_of(listing, account)
-    assert (row["organization"], row["parent"], row["users"]) == ("physics", "root", ["charlie"])
+    assert (row["organization"], row["parent"], row["users"]) == ("physics", "root", [SITE_USER])
     assert row["limits"]["gpu_minutes"] == 5000 and row["limits"]["max_submit_jobs"] == 50
-    assert row["project"] == account and row["others"] == ["charlie"]
+    assert row["project"] == account and row["others"] == [SITE_USER]
     assert row["changes"] == [
         f"{account}: add user alice",
         f"{account}: add user bob",
@@ -101,7 +107,7 @@ def test_an_account_made_by_hand_is_listed_left_alone_then_adopted_and_managed(
         f"{account}: MaxSubmitJobs 50 → 1000",
     ]
     assert row_of(listing, untouched)["project"] is None
-    assert client.account_limits(account).users == ("charlie",)  # listing changed nothing
+    assert client.account_limits(account).users == (SITE_USER,)  # listing changed nothing
 
     # Before adoption the reconciler reports the account and changes nothing in it.
     report = reconcile(cluster=dev_cluster)
@@ -115,10 +121,10 @@ def test_an_account_made_by_hand_is_listed_left_alone_then_adopted_and_managed(
         lattice,
         False,
     )
-    assert adoption.kept_users == ["charlie"]
+    assert adoption.kept_users == [SITE_USER]
     event = AuditEvent.objects.get(action=AuditEvent.Action.ACCOUNT_ADOPT)
     assert (event.actor_id, event.scope) == (manny.pk, account)
-    assert event.detail["users"] == ["charlie"] and event.detail["cluster"] == DEV_CLUSTER
+    assert event.detail["users"] == [SITE_USER] and event.detail["cluster"] == DEV_CLUSTER
     # A repeat has no second effect.
     assert account_adopt(cluster=dev_cluster, account=account, project=lattice, actor=manny) == (
         adoption
@@ -128,9 +134,9 @@ def test_an_account_made_by_hand_is_listed_left_alone_then_adopted_and_managed(
     report = reconcile(cluster=dev_cluster)
     assert [str(a) for a in report.actions if a.account == account] == row["changes"]
     assert not [e for e in report.errors if e.startswith(f"{account}:")]
-    assert any(w.startswith(f"{account}: charlie is associated") for w in report.warnings)
+    assert any(w.startswith(f"{account}: {SITE_USER} is associated") for w in report.warnings)
     limits = client.account_limits(account)
-    assert limits.users == ("alice", "bob", "charlie")  # the site's user is kept
+    assert limits.users == ("alice", "bob", SITE_USER)  # the site's user is kept
     assert (limits.gpu_minutes, limits.cpu_minutes, limits.max_submit_jobs) == (600, 60000, 1000)
     assert client.account_organization(account) == "physics"  # still the site's account
     # The one nobody adopted is as the site left it.
@@ -152,7 +158,7 @@ def test_a_member_who_leaves_an_adopted_account_loses_it_and_the_sites_user_stay
     assert [str(a) for a in report.actions if a.account == account] == [
         f"{account}: remove user bob"
     ]
-    assert client_for(dev_cluster).account_limits(account).users == ("alice", "charlie")
+    assert client_for(dev_cluster).account_limits(account).users == ("alice", SITE_USER)
 
 
 @pytest.mark.slurm
@@ -169,7 +175,7 @@ def test_an_adoption_that_confirms_it_removes_the_users_who_are_not_members(
         remove_other_users=True,
     )
     report = reconcile(cluster=dev_cluster)
-    assert f"{account}: remove user charlie" in [str(a) for a in report.actions]
+    assert f"{account}: remove user {SITE_USER}" in [str(a) for a in report.actions]
     assert client_for(dev_cluster).account_limits(account).users == ("alice", "bob")
 
 
@@ -203,7 +209,7 @@ def test_the_command_lists_as_a_dry_run_and_adopts_into_a_new_project(
     granted(project, dev_cluster, gpu_hours=1)
     reconcile(cluster=dev_cluster)
     limits = client_for(dev_cluster).account_limits(account)
-    assert (limits.users, limits.gpu_minutes) == (("alice", "charlie"), 60)
+    assert (limits.users, limits.gpu_minutes) == (("alice", SITE_USER), 60)
 
 
 @pytest.mark.slurm
