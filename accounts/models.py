@@ -4,6 +4,7 @@ from django.contrib.auth.models import AbstractUser
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from accounts.posix import validate_posix_username
@@ -20,13 +21,14 @@ slurm_account_validator = RegexValidator(
 
 
 def validate_slurm_account_not_root(account: str) -> None:
-    # The portal binds a project only to an account it creates; root is Slurm's own,
-    # above every other (the reconciler refuses other accounts made by hand).
+    # A project's account is one the portal creates, or one made by hand that an
+    # allocation manager adopted (accounts.adoption); root is Slurm's own, above every
+    # other, and can be neither.
     if account == "root":
         raise ValidationError(
             _(
                 "root is Slurm's top account and no project's: choose a new account name, "
-                "which the portal creates in Slurm."
+                "which the portal creates in Slurm, or adopt an account the site made."
             ),
             code="slurm_root",
         )
@@ -55,7 +57,9 @@ class Project(models.Model):
         unique=True,
         validators=[slurm_account_validator, validate_slurm_account_not_root],
         help_text=_(
-            "A new account the portal creates in Slurm: not root, nor an account made by hand."
+            "The project's Slurm account: a new one, which the portal creates, or one made by "
+            "hand that an allocation manager adopts (Slurm import); never root. The reconciler "
+            "changes an account made by hand only on the clusters where it was adopted."
         ),
     )
     description = models.TextField(blank=True)
@@ -374,3 +378,63 @@ class ReconcileReport(models.Model):
 
     def __str__(self) -> str:
         return f"reconcile of {self.cluster} at {self.ran_at:%Y-%m-%d %H:%M}"
+
+
+class AdoptedAccount(models.Model):
+    """A Slurm account a site made by hand that an allocation manager handed to the
+    portal on one cluster, bound to the project of that account name. The reconciler
+    manages it there as its own (members, limits); on other clusters it stays the site's.
+    Written by ``accounts.adoption.account_adopt`` (audited), never changed after."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="adoptions")
+    account = models.CharField(max_length=40)  # the project's slurm_account
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="adoptions")
+    adopted_by = models.ForeignKey(
+        User, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    adopted_at = models.DateTimeField(default=timezone.now)
+    # The safe default keeps them: users the site associated with the account who were
+    # not the project's members when it was adopted go on working under it, unless the
+    # manager confirmed their removal. Anyone else the reconciler keeps in step with the
+    # project's members, as on the portal's own accounts (a member who leaves loses it).
+    remove_other_users = models.BooleanField(
+        default=False,
+        help_text=_(
+            "Whether the reconciler removes the associations of users who are not the "
+            "project's members; if not, it keeps those the site had given the account."
+        ),
+    )
+    kept_users = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=_("The site's users the reconciler keeps on the account: not members."),
+    )
+
+    class Meta:
+        ordering = ["cluster__name", "account"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "account"], name="adopted_account_once_per_cluster"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.account} on {self.cluster} (adopted into {self.project})"
+
+
+class SlurmAccountListing(models.Model):
+    """The accounts a cluster already has, as a worker (or ``manage.py import_accounts``)
+    last listed them, with what adopting each would change: the import page shows it, so
+    the web tier asks Slurm nothing. One row per cluster, replaced by every listing."""
+
+    cluster = models.OneToOneField(
+        Cluster, on_delete=models.CASCADE, related_name="account_listing"
+    )
+    listed_at = models.DateTimeField()
+    # [{"name", "description", "organization", "parent", "users", "limits": {...},
+    #   "project", "changes", "others", "problem"}, …]: accounts.adoption.listing_row.
+    accounts = models.JSONField(default=list)
+    error = models.TextField(blank=True)  # why Slurm could not be listed
+
+    def __str__(self) -> str:
+        return f"accounts of {self.cluster} at {self.listed_at:%Y-%m-%d %H:%M}"

@@ -24,10 +24,19 @@ not free. The account's ``MaxSubmitJobs`` (inherited by each member's
 association; Slurm counts every array task) keeps a script from flooding
 slurmctld; the portal refuses an array over it before it is saved.
 
-The portal changes only accounts it created (organization ``portal``). A
-project bound to an account that a site made by hand — someone else's budget,
-or ``root`` — gets no users, associations or limits: the run reports it as an
-error and leaves the account alone.
+The portal changes only accounts it created (organization ``portal``) and those an
+allocation manager adopted on that cluster (``AdoptedAccount``, see
+``accounts.adoption``). A project bound to an account that a site made by hand and
+nobody adopted — someone else's budget — gets no users, associations or limits: the
+run reports it as an error and leaves the account alone. An adopted account is
+managed as the portal's own, except that the users the site had associated with it
+when it was adopted who are not the project's members are kept (and reported),
+unless the adoption said to remove them.
+
+The portal creates its accounts under the cluster's ``parent_account``; when the
+cluster has no such account the run reports it for each account it would have
+created, and creates neither: the parent is a branch of the site's tree, with the
+site's shares and limits, and not the portal's to invent.
 
 Every run stores its report (``ReconcileReport``, one per cluster): the admin
 console's drift page shows the last one, as of when it ran, and asks Slurm
@@ -43,7 +52,7 @@ from functools import partial
 from django.db.models import Min
 from django.utils import timezone
 
-from accounts.models import Allocation, Project, ReconcileReport
+from accounts.models import AdoptedAccount, Allocation, Project, ReconcileReport
 from accounts.selectors import max_submit_jobs_for, project_balance
 from clusters.locks import LockTimeout, association_changes
 from clusters.models import DEFAULT_CPU_HOUR_RATE, Cluster
@@ -55,7 +64,41 @@ LOCK_WAIT_S = 300.0
 
 
 class NotThePortalsAccount(Exception):
-    """The project's Slurm account exists but the portal did not create it."""
+    """The project's Slurm account exists but the portal neither created nor adopted it."""
+
+
+class ParentMissing(Exception):
+    """The cluster has no account of its ``parent_account`` name to create accounts under."""
+
+
+class Run:
+    """What one run knows of a cluster besides Slurm: its adoptions, and (asked once)
+    whether the parent of the portal's new accounts is there."""
+
+    def __init__(self, client: SlurmClient, cluster: Cluster) -> None:
+        self.client = client
+        self.cluster = cluster
+        self.adoptions = {
+            adoption.account: adoption
+            for adoption in AdoptedAccount.objects.filter(cluster=cluster)
+        }
+        self._parent_present: bool | None = None
+
+    def check_parent(self) -> None:
+        parent = self.cluster.parent_account
+        if self._parent_present is None:
+            try:
+                self.client.account_limits(parent)
+                self._parent_present = True
+            except NotFound:
+                self._parent_present = False
+        if not self._parent_present:
+            raise ParentMissing(
+                f"the cluster's parent account {parent!r} does not exist on "
+                f"{self.cluster.name}, so the portal cannot create this account under it; "
+                f"add it (sacctmgr add account {parent} cluster={self.cluster.name}) or "
+                "set the cluster's parent account in the console"
+            )
 
 
 @dataclass(frozen=True)
@@ -134,33 +177,56 @@ _ABSENT = AccountLimits(
 )
 
 
-def _plan_project(client: SlurmClient, cluster: Cluster, project: Project) -> list[Action]:
-    account = project.slurm_account
-    wanted = {
+def member_posix_names(project: Project) -> set[str]:
+    """The Slurm users the project's account should have: its members' POSIX names."""
+    return {
         name
         for name in project.memberships.values_list("user__posix_username", flat=True)
         if name is not None
     }
-    actions = []
+
+
+def _managed(run: Run, account: str) -> AdoptedAccount | None:
+    """Whether the portal may change the account on this run's cluster: None when it is
+    the portal's own (or absent, to be created), its adoption when it was adopted here;
+    NotThePortalsAccount otherwise."""
     try:
-        organization = client.account_organization(account)
+        organization = run.client.account_organization(account)
     except NotFound:
-        organization = PORTAL_ORGANIZATION  # absent: the portal will create it
-    if organization != PORTAL_ORGANIZATION:
-        raise NotThePortalsAccount(
-            f"the Slurm account exists but the portal did not create it (organization "
-            f"{organization!r}, not {PORTAL_ORGANIZATION!r}); the portal adds no users, "
-            "associations or limits to it. Bind the project to a new account name."
-        )
+        return None  # absent: the portal will create it
+    adoption = run.adoptions.get(account)
+    if organization == PORTAL_ORGANIZATION or adoption is not None:
+        return adoption
+    raise NotThePortalsAccount(
+        f"the Slurm account exists but the portal did not create it (organization "
+        f"{organization!r}, not {PORTAL_ORGANIZATION!r}) and nobody adopted it on "
+        f"{run.cluster.name}; the portal adds no users, associations or limits to it. Adopt "
+        "it (Slurm import in the console, or manage.py import_accounts) or bind the project "
+        "to a new account name."
+    )
+
+
+def _plan_project(run: Run, project: Project, warnings: list[str]) -> list[Action]:
+    client, cluster, account = run.client, run.cluster, project.slurm_account
+    wanted = member_posix_names(project)
+    actions = []
+    adoption = _managed(run, account)
     try:
         state = client.account_limits(account)
         used = client.minutes_used(account)
     except NotFound:
+        run.check_parent()
         actions.append(Action(account, "add account"))
         state, used = _ABSENT, MinutesUsed(gpu=0, cpu=0)
     present = set(state.users)
+    kept = set(adoption.kept_users) if adoption is not None else set()
     actions += [Action(account, "add user", user) for user in sorted(wanted - present)]
-    actions += [Action(account, "remove user", user) for user in sorted(present - wanted)]
+    actions += [Action(account, "remove user", user) for user in sorted(present - wanted - kept)]
+    warnings += [
+        f"{account}: {user} is associated with it but is not a project member; kept, as "
+        "the site had given it the account when it was adopted"
+        for user in sorted(present & kept - wanted)
+    ]
     balance = project_balance(project, cluster=cluster)
     covered = balance.available_gpu_seconds + balance.held_gpu_seconds
     prices = cluster.partitions.aggregate(weight=Min("billing_weight"), rate=Min("cpu_hour_rate"))
@@ -226,25 +292,26 @@ def plan_new_work(account: str, current: dict[str, int | None], *, allowed: bool
     return [Action(account, kind, job_limits=tuple(wanted.items()))]
 
 
-def _plan_blocked_project(client: SlurmClient, project: Project) -> list[Action]:
+def _plan_blocked_project(run: Run, project: Project) -> list[Action]:
     account = project.slurm_account
     try:
-        organization = client.account_organization(account)
-    except NotFound:
-        return []
-    if organization != PORTAL_ORGANIZATION:
+        _managed(run, account)
+    except NotThePortalsAccount:
         # Someone else's account: the portal never limited it, so it does not block it.
         return []
     try:
-        current = client.account_limits(account).job_counts
+        current = run.client.account_limits(account).job_counts
     except NotFound:
         return []  # nothing runs under an account that is absent
     return plan_new_work(account, current, allowed=False)
 
 
-def _apply(client: SlurmClient, project: Project, action: Action) -> None:
+def _apply(run: Run, project: Project, action: Action) -> None:
+    client = run.client
     if action.kind == "add account":
-        client.ensure_account(action.account, description=project.name)
+        client.ensure_account(
+            action.account, description=project.name, parent=run.cluster.parent_account
+        )
     elif action.kind == "add user":
         client.ensure_user_association(user=action.user, account=action.account)
     elif action.kind == "remove user":
@@ -263,7 +330,7 @@ def reconcile(*, cluster: Cluster, dry_run: bool = False) -> Report:
     """One pass over the cluster's projects; Slurm errors are reported, not raised, and a
     project that failed is simply planned again by the next run."""
     report = Report(cluster=cluster.name, dry_run=dry_run)
-    client = client_for(cluster)
+    run = Run(client_for(cluster), cluster)
     for project in projects_to_reconcile(cluster):
         report.warnings += [
             f"{project.slurm_account}: {username} has no POSIX user name, so no Slurm "
@@ -272,15 +339,15 @@ def reconcile(*, cluster: Cluster, dry_run: bool = False) -> Report:
             .order_by("user__username")
             .values_list("user__username", flat=True)
         ]
-        _carry_out(report, client, project, partial(_plan_project, client, cluster, project))
+        _carry_out(report, run, project, partial(_plan_project, run, project, report.warnings))
     for project in projects_to_block(cluster):
-        _carry_out(report, client, project, partial(_plan_blocked_project, client, project))
+        _carry_out(report, run, project, partial(_plan_blocked_project, run, project))
     reconcile_report_save(cluster=cluster, report=report)
     return report
 
 
 def _carry_out(
-    report: Report, client: SlurmClient, project: Project, plan: Callable[[], list[Action]]
+    report: Report, run: Run, project: Project, plan: Callable[[], list[Action]]
 ) -> None:
     """Plan one project's changes and, unless this is a dry run, make them while holding
     the cluster's association lock (one writer at a time: slurmdbd loses rows when two
@@ -291,12 +358,32 @@ def _carry_out(
         if report.dry_run or not actions:
             report.actions += actions
             return
-        with association_changes(client.cluster_name, wait_s=LOCK_WAIT_S):
+        with association_changes(run.client.cluster_name, wait_s=LOCK_WAIT_S):
             report.actions += actions
             for action in actions:
-                _apply(client, project, action)
-    except (SlurmError, NotThePortalsAccount, LockTimeout) as exc:
+                _apply(run, project, action)
+    except (SlurmError, NotThePortalsAccount, ParentMissing, LockTimeout) as exc:
         report.errors.append(f"{project.slurm_account}: {exc}")
+
+
+def adoption_preview(client: SlurmClient, cluster: Cluster, project: Project) -> list[Action]:
+    """What the next run would change in the account of ``project`` on ``cluster`` if it
+    were adopted there (keeping the users the site gave it): exactly what a run plans,
+    changing nothing."""
+    run = Run(client, cluster)
+    account = project.slurm_account
+    try:
+        users = client.account_limits(account).users
+    except NotFound:
+        users = ()
+    run.adoptions[account] = AdoptedAccount(
+        cluster=cluster, account=account, project=project, kept_users=list(users)
+    )
+    if project in projects_to_reconcile(cluster):
+        return _plan_project(run, project, [])
+    if project in projects_to_block(cluster):
+        return _plan_blocked_project(run, project)
+    return []
 
 
 def reconcile_report_save(*, cluster: Cluster, report: Report) -> ReconcileReport:

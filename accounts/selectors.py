@@ -16,18 +16,21 @@ from accounts.errors import NoActiveAllocation
 from accounts.models import (
     BALANCE_FIELDS,
     LEDGER_TOTALS,
+    AdoptedAccount,
     Allocation,
     AllocationRequest,
     LedgerEntry,
     Membership,
     Project,
     ReconcileReport,
+    SlurmAccountListing,
     User,
     available_gpu_seconds,
 )
 from accounts.permissions import is_allocation_manager, led_project_ids
 from clusters.models import Cluster
 from clusters.selectors import clusters_enabled
+from clusters.slurm.types import PORTAL_ORGANIZATION
 
 
 def projects_of(user: User) -> QuerySet[Project]:
@@ -204,6 +207,38 @@ def last_reconcile_reports() -> list[tuple[Cluster, ReconcileReport | None]]:
         (cluster, getattr(cluster, "reconcile_report", None))
         for cluster in clusters_enabled().select_related("reconcile_report")
     ]
+
+
+@dataclass(frozen=True)
+class ListedAccount:
+    """One account of a cluster's last listing, with what the portal has made of it since."""
+
+    row: dict
+    adoption: AdoptedAccount | None
+
+    @property
+    def is_portals(self) -> bool:
+        return self.row["organization"] == PORTAL_ORGANIZATION
+
+    @property
+    def adoptable(self) -> bool:
+        return not (self.is_portals or self.adoption or self.row["problem"])
+
+
+def account_listings() -> list[tuple[Cluster, SlurmAccountListing | None, list[ListedAccount]]]:
+    """Each enabled cluster with its last account listing (None before the first) and its
+    accounts, each with its adoption there if any: what the import page shows instead of
+    asking Slurm."""
+    adoptions = {
+        (a.cluster_id, a.account): a for a in AdoptedAccount.objects.select_related("project")
+    }
+    listed = []
+    for cluster in clusters_enabled().select_related("account_listing"):
+        listing = getattr(cluster, "account_listing", None)
+        rows = listing.accounts if listing is not None else []
+        accounts = [ListedAccount(row, adoptions.get((cluster.pk, row["name"]))) for row in rows]
+        listed.append((cluster, listing, accounts))
+    return listed
 
 
 def active_allocation(

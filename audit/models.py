@@ -24,6 +24,7 @@ class AuditEvent(models.Model):
         REQUEST_DENY = "allocation_request.deny", _("Allocation request denied")
         PROJECT_CREATE = "project.create", _("Project created")
         PROJECT_UPDATE = "project.update", _("Project changed")
+        ACCOUNT_ADOPT = "slurm_account.adopt", _("Slurm account adopted")
         MEMBERSHIP_ADD = "membership.add", _("Member added")
         MEMBERSHIP_CHANGE = "membership.change", _("Member's role changed")
         MEMBERSHIP_REMOVE = "membership.remove", _("Member removed")

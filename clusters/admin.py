@@ -52,9 +52,9 @@ class ClusterAdmin(admin.ModelAdmin):
     group's permissions): the client tools are commands the workers run, with the right
     to act as any job owner."""
 
-    list_display = ["name", "backend", "is_enabled", "created_at"]
+    list_display = ["name", "backend", "parent_account", "is_enabled", "created_at"]
     fieldsets = (
-        (None, {"fields": ["name", "backend", "is_enabled", "admin_user"]}),
+        (None, {"fields": ["name", "backend", "is_enabled", "admin_user", "parent_account"]}),
         ("slurmrestd (rest backend)", {"fields": ["rest_url", "rest_api_version", "jwt_key_file"]}),
         ("Client tools (cli backend)", {"fields": ["command_prefix", "run_as_prefix"]}),
     )

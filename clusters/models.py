@@ -89,6 +89,20 @@ class Cluster(models.Model):
             "PORTAL_SLURM_RUN_AS_PREFIX. Required with a command prefix."
         ),
     )
+    # Where the portal's accounts go in the cluster's account tree: a site that already
+    # has one (a department, a "portal" branch with its own share) names it here. The
+    # site makes it; the reconciler reports its absence rather than invent a branch of
+    # the site's tree (its shares and limits are the site's to decide).
+    parent_account = models.CharField(
+        max_length=40,
+        default="root",
+        validators=[slurm_name_validator],
+        help_text=_(
+            "The Slurm account the portal creates its projects' accounts under, e.g. root or "
+            "a branch the site made for the portal; it must exist on the cluster. Accounts "
+            "already made stay where they are."
+        ),
+    )
     is_enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

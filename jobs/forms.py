@@ -30,6 +30,8 @@ def partition_choice(cluster: str, partition: str) -> str:
 class PartitionField(forms.ChoiceField):
     """A partition as ``cluster/partition``; a bare name is taken when one cluster has it."""
 
+    values: tuple[str, ...] = ()  # the choices' values, set with them
+
     def to_python(self, value):
         value = super().to_python(value)
         if value and "/" not in value:
@@ -37,17 +39,6 @@ class PartitionField(forms.ChoiceField):
             if len(matches) == 1:
                 return matches[0]
         return value
-
-    @property
-    def values(self) -> list[str]:
-        return [str(value) for value, _label in self.flat_choices]
-
-    @property
-    def flat_choices(self) -> list[tuple]:
-        flat = []
-        for value, label in self.choices:
-            flat.extend(label if isinstance(label, list | tuple) else [(value, label)])
-        return flat
 
 
 class JobForm(forms.Form):
@@ -104,7 +95,7 @@ class JobForm(forms.Form):
                 for cluster in clusters
             ]
         field = cast(PartitionField, self.fields["partition"])
-        field.choices = choices
+        field.choices, field.values = choices, tuple(self.partitions)
         if self.initial.get("partition"):  # a template's, by name
             self.initial["partition"] = field.to_python(self.initial["partition"])
         cast(forms.ChoiceField, self.fields["template"]).choices = [("", _("Blank"))] + [

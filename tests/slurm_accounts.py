@@ -37,7 +37,32 @@ class SlurmOperator:
         )
         if shown.stdout.strip():
             self.run("scancel", f"--account={account}")
-            self.sacctmgr_change("delete", "account", account)
+            with association_changes(self.cluster_name):
+                self._move_defaults_off(account)
+                self.run("sacctmgr", "--immediate", "delete", "account", account)
+
+    def _move_defaults_off(self, account: str) -> None:
+        """Slurm refuses to delete an account that is the default of a user who has
+        others (a user's first association becomes their default): each such user's
+        default moves to another of their accounts. (Under the association lock.)"""
+        users = self.run(
+            "sacctmgr", "--noheader", "--parsable2", "show", "user", "format=User,DefaultAccount"
+        ).stdout.splitlines()
+        cluster = f"cluster={self.cluster_name}"
+        for user in [line.split("|")[0] for line in users if line.endswith(f"|{account}")]:
+            others = [
+                other
+                for other in self.run(
+                    "sacctmgr", "--noheader", "--parsable2", "show", "association", "where",
+                    f"user={user}", cluster, "format=Account",
+                ).stdout.split()
+                if other != account
+            ]  # fmt: skip
+            if others:
+                self.run(
+                    "sacctmgr", "--immediate", "modify", "user", "where", f"name={user}",
+                    cluster, "set", f"DefaultAccount={others[0]}",
+                )  # fmt: skip
 
 
 DEV = SlurmOperator(DEV_CLUSTER)  # the dev stack's cluster, on the host's own tools

@@ -27,15 +27,18 @@ from clusters.slurm.errors import (
 from clusters.slurm.parsing import (
     FIELD_SEPARATOR,
     SACCT_FORMAT,
+    SACCTMGR_ACCOUNT_FORMAT,
+    SACCTMGR_ASSOCIATION_FORMAT,
     SINFO_PARTITION_FORMAT,
     SQUEUE_FORMAT,
-    parse_job_count,
     parse_sacct,
+    parse_sacctmgr_accounts,
+    parse_sacctmgr_associations,
     parse_sinfo_partitions,
     parse_squeue,
     parse_test_only,
-    parse_tres_limit,
     parse_tres_usage_minutes,
+    slurm_accounts,
 )
 from clusters.slurm.states import UNSTARTED_END_STATES
 from clusters.slurm.types import (
@@ -45,6 +48,7 @@ from clusters.slurm.types import (
     MinutesUsed,
     PartitionInfo,
     QueueEntry,
+    SlurmAccount,
     StartEstimate,
     SubmitRequest,
     ids_with_comment,
@@ -249,14 +253,19 @@ class CliClient:
         result = self._run(["sacctmgr", "--noheader", "--parsable2", *args])
         return [line for line in result.stdout.splitlines() if line.strip()]
 
-    def ensure_account(self, account: str, *, description: str) -> bool:
+    def ensure_account(self, account: str, *, description: str, parent: str = "root") -> bool:
         cluster = f"cluster={self.cluster_name}"
         if self._sacctmgr_lines(
             "show", "association", "where", cluster, f"account={account}", "format=Account"
         ):
             return False
+        if not self._sacctmgr_lines(
+            "show", "association", "where", cluster, f"account={parent}", "format=Account"
+        ):
+            # sacctmgr would add the account under root and only warn.
+            raise NotFound(f"Slurm has no parent account {parent!r} on {self.cluster_name}")
         self._run(
-            ["sacctmgr", "--immediate", "add", "account", account, cluster,
+            ["sacctmgr", "--immediate", "add", "account", account, cluster, f"parent={parent}",
              f"description={description}", f"organization={PORTAL_ORGANIZATION}"]
         )  # fmt: skip
         return True
@@ -279,27 +288,26 @@ class CliClient:
         self._run(["sacctmgr", "--immediate", "add", "user", user, f"account={account}", cluster])
         return True
 
-    def account_limits(self, account: str) -> AccountLimits:
-        lines = self._sacctmgr_lines(
-            "show", "association", "where", f"cluster={self.cluster_name}",
-            f"account={account}",
-            "format=User,GrpTRESMins,MaxSubmitJobs,GrpSubmitJobs,GrpJobs",
+    def _associations(self, *where: str) -> dict[str, tuple[str, AccountLimits]]:
+        result = self._run(
+            ["sacctmgr", "--noheader", "--parsable2", "show", "association", "where",
+             f"cluster={self.cluster_name}", *where, f"format={SACCTMGR_ASSOCIATION_FORMAT}"]
         )  # fmt: skip
-        rows = [[*line.split("|"), "", "", "", ""][:5] for line in lines]
-        own = next((row for row in rows if not row[0]), None)
-        if own is None:
+        return parse_sacctmgr_associations(result.stdout)
+
+    def account_limits(self, account: str) -> AccountLimits:
+        found = self._associations(f"account={account}").get(account)
+        if found is None:
             raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
-        _user, tres_minutes, max_submit, grp_submit, grp_jobs = own
-        return AccountLimits(
-            users=tuple(sorted({row[0] for row in rows if row[0]})),
-            gpu_minutes=parse_tres_limit(tres_minutes, "gres/gpu"),
-            cpu_minutes=parse_tres_limit(tres_minutes, "cpu"),
-            max_submit_jobs=parse_job_count(max_submit),
-            job_counts={
-                "GrpSubmitJobs": parse_job_count(grp_submit),
-                "GrpJobs": parse_job_count(grp_jobs),
-            },
-        )
+        return found[1]
+
+    def list_accounts(self) -> list[SlurmAccount]:
+        associations = self._associations()
+        accounts = self._run(
+            ["sacctmgr", "--noheader", "--parsable2", "show", "account",
+             f"format={SACCTMGR_ACCOUNT_FORMAT}"]
+        )  # fmt: skip
+        return slurm_accounts(parse_sacctmgr_accounts(accounts.stdout), associations)
 
     def remove_user_association(self, *, user: str, account: str) -> bool:
         cluster = f"cluster={self.cluster_name}"

@@ -6,7 +6,14 @@ import re
 
 from clusters.slurm.errors import SlurmOutputInvalid, reads_slurm_output
 from clusters.slurm.states import normalise_state
-from clusters.slurm.types import AccountingEntry, PartitionInfo, QueueEntry, StartEstimate
+from clusters.slurm.types import (
+    AccountingEntry,
+    AccountLimits,
+    PartitionInfo,
+    QueueEntry,
+    SlurmAccount,
+    StartEstimate,
+)
 
 _UNLIMITED = {"infinite", "unlimited", "none"}
 
@@ -309,3 +316,77 @@ def parse_job_count(text: str) -> int | None:
     """A job-count column of sacctmgr (``MaxSubmitJobs``, ``GrpSubmitJobs``, ``GrpJobs``):
     ``1000``, or empty when there is no limit."""
     return int(text) if text.strip() else None
+
+
+# sacctmgr has no delimiter option: with --parsable2 fields are split by "|", which no
+# account, user or partition name holds; a description may, so it comes last.
+SACCTMGR_ACCOUNT_FORMAT = "Account,Organization,Description"
+SACCTMGR_ASSOCIATION_FORMAT = (
+    "Account,User,Partition,ParentName,GrpTRESMins,MaxSubmitJobs,GrpSubmitJobs,GrpJobs"
+)
+
+
+@reads_slurm_output
+def parse_sacctmgr_accounts(text: str) -> dict[str, tuple[str, str]]:
+    """Each account's organization and description, from ``sacctmgr -n -P show account
+    format=Account,Organization,Description``."""
+    accounts = {}
+    for line in text.splitlines():
+        if line.strip():
+            name, organization, description = line.split("|", 2)
+            accounts[name] = (organization, description)
+    return accounts
+
+
+@reads_slurm_output
+def parse_sacctmgr_associations(text: str) -> dict[str, tuple[str, AccountLimits]]:
+    """Each account's parent and ``AccountLimits`` (its users, its own association's
+    limits), from ``sacctmgr -n -P show association format=`` SACCTMGR_ASSOCIATION_FORMAT
+    on one cluster. A user's association (any partition) counts the user once; the
+    account's own association is the one without a user or partition."""
+    users: dict[str, set[str]] = {}
+    own: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        fields = [*line.split("|"), *[""] * 8][:8]
+        account, user, partition = fields[:3]
+        users.setdefault(account, set())
+        if user:
+            users[account].add(user)
+        elif not partition:
+            own[account] = fields
+    return {
+        account: (fields[3], _limits(fields, users[account])) for account, fields in own.items()
+    }
+
+
+def _limits(fields: list[str], users: set[str]) -> AccountLimits:
+    tres_minutes, max_submit, grp_submit, grp_jobs = fields[4:8]
+    return AccountLimits(
+        users=tuple(sorted(users)),
+        gpu_minutes=parse_tres_limit(tres_minutes, "gres/gpu"),
+        cpu_minutes=parse_tres_limit(tres_minutes, "cpu"),
+        max_submit_jobs=parse_job_count(max_submit),
+        job_counts={
+            "GrpSubmitJobs": parse_job_count(grp_submit),
+            "GrpJobs": parse_job_count(grp_jobs),
+        },
+    )
+
+
+def slurm_accounts(
+    accounts: dict[str, tuple[str, str]], associations: dict[str, tuple[str, AccountLimits]]
+) -> list[SlurmAccount]:
+    """The accounts that have an association on the cluster, ``root`` aside, by name."""
+    return [
+        SlurmAccount(
+            name=name,
+            organization=accounts.get(name, ("", ""))[0],
+            description=accounts.get(name, ("", ""))[1],
+            parent=parent,
+            limits=limits,
+        )
+        for name, (parent, limits) in sorted(associations.items())
+        if name != "root"
+    ]

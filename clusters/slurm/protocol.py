@@ -16,6 +16,7 @@ from clusters.slurm.types import (
     MinutesUsed,
     PartitionInfo,
     QueueEntry,
+    SlurmAccount,
     StartEstimate,
     SubmitRequest,
 )
@@ -63,8 +64,9 @@ class SlurmClient(Protocol):
     def estimate_start(self, request: SubmitRequest) -> StartEstimate:
         """When the job would start if submitted now (``--test-only``); submits nothing."""
 
-    def ensure_account(self, account: str, *, description: str) -> bool:
-        """Create the Slurm account on this cluster if absent; True when it was created."""
+    def ensure_account(self, account: str, *, description: str, parent: str = "root") -> bool:
+        """Create the Slurm account on this cluster under ``parent`` (which must exist) if
+        absent; True when it was created. An account that exists stays where it is."""
 
     def account_organization(self, account: str) -> str:
         """The account's organization (``PORTAL_ORGANIZATION`` when the portal created it);
@@ -100,3 +102,7 @@ class SlurmClient(Protocol):
 
     def set_max_submit_jobs(self, account: str, jobs: int | None) -> None:
         """Set the account's ``MaxSubmitJobs``; None removes it."""
+
+    def list_accounts(self) -> list[SlurmAccount]:
+        """Every account with an association on this cluster but ``root``, by name, with
+        its users and its own limits: what a site's cluster already has."""

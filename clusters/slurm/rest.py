@@ -50,6 +50,7 @@ from clusters.slurm.rest_parsing import (
     max_submit_jobs,
     minutes_used,
     newest_versions,
+    parse_account_list,
     parse_accounting,
     parse_partitions,
     parse_queue,
@@ -67,6 +68,7 @@ from clusters.slurm.types import (
     MinutesUsed,
     PartitionInfo,
     QueueEntry,
+    SlurmAccount,
     StartEstimate,
     SubmitRequest,
     ids_with_comment,
@@ -463,9 +465,11 @@ class RestClient:
             payload = {**payload, "errors": errors}
         self._checked(status, payload, f"POST {self.base_url}{path}", empty_ok=False)
 
-    def ensure_account(self, account: str, *, description: str) -> bool:
+    def ensure_account(self, account: str, *, description: str, parent: str = "root") -> bool:
         if self._associations(account):
             return False
+        if self._account_association(parent) is None:
+            raise NotFound(f"Slurm has no parent account {parent!r} on {self.cluster_name}")
         if self._db_reshaped():
             # sacctmgr add account: the account (if absent) and its association under its
             # parent in one call. A POST of the association alone wants a "user", and
@@ -475,7 +479,7 @@ class RestClient:
             condition = {
                 "accounts": [account],
                 "clusters": [self.cluster_name],
-                "association": {"parent": "root"},
+                "association": {"parent": parent},
             }
             self._post_db(
                 "/accounts_association", {"association_condition": condition, "account": record}
@@ -493,7 +497,7 @@ class RestClient:
         # Without "user" 22.05 creates the account's association under its
         # parent but also reports "Missing required field 'user'"; with
         # "user": "" it creates one without a parent.
-        association = {"account": account, "cluster": self.cluster_name, "parent_account": "root"}
+        association = {"account": account, "cluster": self.cluster_name, "parent_account": parent}
         self._post_db("/associations", {"associations": [association]}, tolerated="'user'")
         if self._account_association(account) is None:
             raise SlurmRejected(f"slurmrestd did not create the association of {account!r}")
@@ -700,3 +704,16 @@ class RestClient:
             "GrpTRESRaw): its associations carry no usage and it has no shares endpoint; "
             "use the cli backend"
         )
+
+    # --- the import's listing (end of class: kept apart for the v0.0.40+ rewrite) -----
+
+    def list_accounts(self) -> list[SlurmAccount]:
+        associations = self._call(
+            "GET",
+            self._db("/associations"),
+            user=self.admin_user,
+            params={"cluster": self.cluster_name},
+            empty_ok=True,
+        )
+        accounts = self._call("GET", self._db("/accounts"), user=self.admin_user, empty_ok=True)
+        return parse_account_list(accounts, associations, cluster=self.cluster_name)

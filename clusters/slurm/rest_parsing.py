@@ -38,9 +38,11 @@ from clusters.slurm.parsing import parse_gpu_gres
 from clusters.slurm.states import SlurmJobState, normalise_state
 from clusters.slurm.types import (
     AccountingEntry,
+    AccountLimits,
     MinutesUsed,
     PartitionInfo,
     QueueEntry,
+    SlurmAccount,
     SubmitRequest,
 )
 
@@ -663,3 +665,43 @@ def submit_body(request: SubmitRequest, version: str | None) -> Json:
 
 
 # --- the client --------------------------------------------------------------------
+
+
+# --- the import's listing (end of module: kept apart for the v0.0.40+ rewrite) -------
+
+
+@reads_slurm_output
+def parse_account_list(accounts: Json, associations: Json, *, cluster: str) -> list[SlurmAccount]:
+    """The accounts with an association on ``cluster``, ``root`` aside, by name, from
+    ``GET /slurmdb/vX/accounts`` and ``GET /slurmdb/vX/associations?cluster=``."""
+    known = {a["name"]: a for a in accounts.get("accounts") or [] if a.get("name")}
+    own: dict[str, Json] = {}
+    users: dict[str, set[str]] = {}
+    for association in associations.get("associations") or []:
+        if association.get("cluster") not in (None, cluster):
+            continue
+        account = association.get("account")
+        if not account:
+            continue
+        users.setdefault(account, set())
+        if association.get("user"):
+            users[account].add(association["user"])
+        elif not association.get("partition"):
+            own[account] = association
+    return [
+        SlurmAccount(
+            name=name,
+            description=str((known.get(name) or {}).get("description") or ""),
+            organization=str((known.get(name) or {}).get("organization") or ""),
+            parent=str(association.get("parent_account") or ""),
+            limits=AccountLimits(
+                users=tuple(sorted(users[name])),
+                gpu_minutes=gpu_minutes_limit(association),
+                cpu_minutes=cpu_minutes_limit(association),
+                max_submit_jobs=max_submit_jobs(association),
+                job_counts=job_count_limits(association),
+            ),
+        )
+        for name, association in sorted(own.items())
+        if name != "root"
+    ]

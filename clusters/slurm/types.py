@@ -108,6 +108,22 @@ class AccountLimits:
 
 
 @dataclass(frozen=True)
+class SlurmAccount:
+    """An account as a cluster already has it (the import's listing): who made it, where
+    it sits, who has an association under it and the limits of its own association."""
+
+    name: str
+    description: str
+    organization: str  # PORTAL_ORGANIZATION for the portal's own
+    parent: str  # the parent account ("" for root)
+    limits: AccountLimits
+
+    @property
+    def users(self) -> tuple[str, ...]:
+        return self.limits.users
+
+
+@dataclass(frozen=True)
 class MinutesUsed:
     """An account's raw usage as Slurm counts it against ``GrpTRESMins`` (it decays)."""
 

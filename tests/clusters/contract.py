@@ -570,3 +570,35 @@ def test_job_count_limits_read_back_and_blocking_refuses_sbatch(client, job, sit
         site.slurm.run("sacctmgr", "-i", "delete", "account", account)
     with pytest.raises(NotFound):
         client.account_limits(account)
+
+
+@pytest.mark.usefixtures("association_lock")
+def test_accounts_made_by_hand_are_listed_and_the_portals_go_under_the_parent_given(client, site):
+    suffix = uuid.uuid4().hex[:8]
+    parent, by_hand, ours = f"cp{suffix}", f"ch{suffix}", f"co{suffix}"
+    name = f"cluster={site.cluster.name}"
+    try:
+        site.slurm.run("sacctmgr", "-i", "add", "account", parent, name, check=True)
+        site.slurm.run(
+            "sacctmgr", "-i", "add", "account", by_hand, name, f"parent={parent}",
+            "organization=physics", "description=by hand", check=True,
+        )  # fmt: skip
+        site.slurm.run("sacctmgr", "-i", "add", "user", USER, f"account={by_hand}", name)
+        site.slurm.run(
+            "sacctmgr", "-i", "modify", "account", "where", f"name={by_hand}", name, "set",
+            "GrpTRESMins=gres/gpu=70", check=True,
+        )  # fmt: skip
+        assert client.ensure_account(ours, description="contract test", parent=parent) is True
+        with pytest.raises(NotFound, match="parent"):
+            client.ensure_account(f"cx{suffix}", description="x", parent=f"cn{suffix}")
+        listed = {account.name: account for account in client.list_accounts()}
+        assert "root" not in listed and ACCOUNT in listed
+        assert (listed[by_hand].organization, listed[by_hand].parent) == ("physics", parent)
+        assert listed[by_hand].description == "by hand"
+        assert listed[by_hand].users == (USER,) and listed[by_hand].limits.gpu_minutes == 70
+        assert (listed[ours].organization, listed[ours].parent) == (PORTAL_ORGANIZATION, parent)
+        assert listed[ours].users == ()
+        assert f"cx{suffix}" not in listed
+    finally:
+        for account in (ours, by_hand, parent):
+            site.slurm.run("sacctmgr", "-i", "delete", "account", account)

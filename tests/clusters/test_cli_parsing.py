@@ -15,14 +15,17 @@ from clusters.slurm.parsing import (
     parse_exit_code,
     parse_job_count,
     parse_sacct,
+    parse_sacctmgr_accounts,
+    parse_sacctmgr_associations,
     parse_sinfo_partitions,
     parse_squeue,
     parse_test_only,
     parse_tres_limit,
     parse_tres_usage_minutes,
+    slurm_accounts,
 )
 from clusters.slurm.states import SlurmJobState
-from clusters.slurm.types import PartitionInfo, SubmitRequest, with_unstarted_ends
+from clusters.slurm.types import AccountLimits, PartitionInfo, SubmitRequest, with_unstarted_ends
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "cli"
 
@@ -239,3 +242,38 @@ def test_24_11s_scancel_of_an_unknown_job_is_not_found():
     errors = "\n".join(line for line in output.splitlines() if "error:" in line)
     assert says(errors, UNKNOWN_JOB_MARKERS)
     assert isinstance(error_from_message(errors), NotFound)
+
+
+# The import's listing: an account made by hand under a parent of its own, with a user,
+# a user on one partition only and limits (sacctmgr-associations*.txt, -accounts*.txt).
+HAND_MADE = AccountLimits(
+    users=("alice", "bob"),
+    gpu_minutes=5000,
+    cpu_minutes=90000,
+    max_submit_jobs=50,
+    job_counts={"GrpSubmitJobs": None, "GrpJobs": 4},
+)
+
+
+@pytest.mark.parametrize("release", ["", "-24.11"])
+def test_the_accounts_a_cluster_already_has_are_listed_with_users_parent_and_limits(release):
+    accounts = slurm_accounts(
+        parse_sacctmgr_accounts(recorded(f"sacctmgr-accounts{release}.txt")),
+        parse_sacctmgr_associations(recorded(f"sacctmgr-associations{release}.txt")),
+    )
+    by_name = {account.name: account for account in accounts}
+    assert list(by_name) == ["adoptrec", "adoptrecgrp", "contract"]  # root is no one's to adopt
+    adoptrec = by_name["adoptrec"]
+    assert (adoptrec.organization, adoptrec.parent) == ("physics", "adoptrecgrp")
+    assert adoptrec.description == "lattice qcd | group"  # Slurm lower-cases it; "|" kept
+    assert adoptrec.limits == HAND_MADE and adoptrec.users == ("alice", "bob")
+    assert by_name["adoptrecgrp"].parent == "root" and by_name["adoptrecgrp"].users == ()
+    assert by_name["contract"].limits.gpu_minutes is None
+
+
+def test_an_account_known_to_slurmdbd_but_without_an_association_here_is_not_listed():
+    accounts = slurm_accounts(
+        {"elsewhere": ("physics", "on another cluster")},
+        parse_sacctmgr_associations(recorded("sacctmgr-associations.txt")),
+    )
+    assert "elsewhere" not in [account.name for account in accounts]

@@ -129,6 +129,7 @@ def form_data(cluster: Cluster, **changes: str) -> dict[str, str]:
         "backend": cluster.backend,
         "is_enabled": "on",
         "admin_user": cluster.admin_user,
+        "parent_account": cluster.parent_account,
         "rest_url": "",
         "rest_api_version": "",
         "jwt_key_file": "",
@@ -159,6 +160,19 @@ def test_a_superuser_sets_a_clusters_tools_in_the_console(client, root):
     assert client.post(change_url(cluster), data).status_code == 302
     cluster.refresh_from_db()
     assert (cluster.command_prefix, cluster.run_as_prefix) == (NEXT_SLURM, NEXT_RUNAS)
+
+
+def test_a_superuser_sets_the_parent_of_the_portals_accounts_a_slurm_name_only(client, root):
+    cluster = cluster_register(name="b")
+    assert cluster.parent_account == "root"
+    client.force_login(root)
+    assert b'name="parent_account"' in client.get(change_url(cluster)).content
+    response = client.post(change_url(cluster), form_data(cluster, parent_account="Bad Name"))
+    assert response.status_code == 200 and b"lower-case letters" in response.content
+    response = client.post(change_url(cluster), form_data(cluster, parent_account="gpu-portal"))
+    assert response.status_code == 302
+    cluster.refresh_from_db()
+    assert cluster.parent_account == "gpu-portal"
 
 
 def test_the_console_refuses_a_command_prefix_alone_and_says_why(client, root):

@@ -33,6 +33,7 @@ from clusters.slurm.rest_parsing import (
     max_submit_jobs,
     minutes_used,
     newest_versions,
+    parse_account_list,
     parse_accounting,
     parse_partitions,
     parse_queue,
@@ -443,6 +444,27 @@ def test_an_empty_environment_still_gives_slurmrestd_one_variable_slurm_sets_any
 def test_an_environment_key_with_an_equals_sign_is_refused():
     with pytest.raises(ValueError):
         job_description(request(environment={"A=B": "1"}))
+
+
+def test_the_accounts_a_cluster_already_has_are_listed_as_sacctmgr_lists_them():
+    from tests.clusters.test_cli_parsing import HAND_MADE
+
+    accounts = parse_account_list(
+        recorded("accounts.json"), recorded("associations_all.json"), cluster="portal-dev"
+    )
+    by_name = {account.name: account for account in accounts}
+    assert list(by_name) == ["adoptrec", "adoptrecgrp", "contract"]
+    adoptrec = by_name["adoptrec"]
+    assert (adoptrec.organization, adoptrec.parent) == ("physics", "adoptrecgrp")
+    assert adoptrec.description == "lattice qcd | group"
+    assert adoptrec.limits == HAND_MADE
+    # Another cluster's associations in the same answer are not this one's.
+    assert (
+        parse_account_list(
+            recorded("accounts.json"), recorded("associations_all.json"), cluster="elsewhere"
+        )
+        == []
+    )
 
 
 # --- Slurm 24.11: data parsers v0.0.40-v0.0.42 (fixtures in 24.11/) -------------------------
