@@ -175,3 +175,27 @@ def waiting_for_a_lock(query_like: str) -> bool:
             [query_like],
         )
         return cursor.fetchone()[0] > 0
+
+
+def listed_account_row(name: str, **changes) -> dict:
+    """An account as a worker stores it in a cluster's ``SlurmAccountListing`` (see
+    ``accounts.adoption.listing_row``): by default one a site made by hand, of no project."""
+    return {
+        "name": name,
+        "description": "lattice qcd",
+        "organization": "physics",
+        "parent": "root",
+        "users": ["charlie"],
+        "limits": {
+            "gpu_minutes": 5000,
+            "cpu_minutes": None,
+            "max_submit_jobs": 50,
+            "GrpSubmitJobs": None,
+            "GrpJobs": None,
+        },
+        "project": None,
+        "changes": [],
+        "others": [],
+        "problem": "",
+        **changes,
+    }

@@ -9,25 +9,12 @@ from accounts.services import membership_set, project_create
 from audit.models import AuditEvent
 from clusters.services import cluster_register
 from tests.accounts.test_admin import no_slurm, staff_with
+from tests.factories import listed_account_row
 
 IMPORT = "/admin/accounts/adoptedaccount/slurm-import/"
-LIMITS = {"gpu_minutes": 5000, "cpu_minutes": None, "max_submit_jobs": 50}
 
 
-def row(name: str, **changes) -> dict:
-    return {
-        "name": name,
-        "description": "lattice qcd",
-        "organization": "physics",
-        "parent": "root",
-        "users": ["charlie"],
-        "limits": {**LIMITS, "GrpSubmitJobs": None, "GrpJobs": None},
-        "project": None,
-        "changes": [],
-        "others": [],
-        "problem": "",
-        **changes,
-    }
+row = listed_account_row
 
 
 @pytest.fixture

@@ -229,13 +229,14 @@ def test_slurmrestd_restarted_under_load_is_gone_with_its_port_when_stop_returns
         thread.start()
     try:
         for _ in range(3):
+            pid = pids()["slurmrestd"]  # this cluster's (portal-next runs one of its own)
             stopped = stack("stop", "slurmrestd")
             assert stopped.returncode == 0, stopped.stderr
             listening = run("ss", "-Hltn", f"sport = :{port}").stdout.strip()
             assert listening == "", f"port {port} still taken after stop: {listening}"
             # A dead daemon may linger as a zombie until it is reaped: one thread, state Z.
-            left = run("ps", "-o", "nlwp=,stat=", "-C", "slurmrestd").stdout.split("\n")
-            assert all(line.split()[:1] == ["1"] and "Z" in line for line in left if line.strip())
+            left = run("ps", "-o", "nlwp=,stat=", "-p", pid).stdout.strip()
+            assert left == "" or (left.split()[0] == "1" and "Z" in left.split()[1]), left
             started = stack("start", "slurmrestd")
             assert started.returncode == 0, started.stderr
     finally:

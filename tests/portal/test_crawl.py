@@ -40,10 +40,12 @@ from accounts.ledger import (
     ledger_charge,
 )
 from accounts.models import (
+    AdoptedAccount,
     Allocation,
     AllocationRequest,
     Notification,
     Project,
+    SlurmAccountListing,
     User,
 )
 from accounts.requests import allocation_request_create
@@ -55,6 +57,7 @@ from clusters.slurm.errors import SlurmUnavailable
 from clusters.slurm.rest import RestClient
 from jobs.models import AccountingRecord, Job, JobEvent, JobTemplate
 from jobs.states import JobState
+from tests.factories import listed_account_row
 from tests.security.conftest import kept_for_the_module, offline_cluster_create, person
 
 pytestmark = pytest.mark.django_db
@@ -339,6 +342,18 @@ def build_world() -> World:
         script="true\n",
         defaults={"partition": "gone", "time_limit_minutes": 10**6},  # stale defaults
     )
+    # The Slurm import: crawl-main adopted, an account made by hand of no project with
+    # markup in its description, and one whose name no project may have.
+    AdoptedAccount.objects.create(cluster=cluster, account="crawl-main", project=main)
+    SlurmAccountListing.objects.create(
+        cluster=cluster,
+        listed_at=now,
+        accounts=[
+            listed_account_row("crawl-main", project="crawl-main", users=["alice"]),
+            listed_account_row("handmade", description="<script>alert(1)</script> | qcd"),
+            listed_account_row("Odd.Name", problem="not a Slurm account name the portal takes"),
+        ],
+    )
     for allocation in allocations.values():
         allocation.refresh_from_db()  # the ledger wrote their cached totals since
     return World(
@@ -574,6 +589,27 @@ PAGES: dict[str, Page] = {
             "admin:accounts_allocation_drift",
             signed_in(ADMIN_LOGIN, ADMIN_LOGIN, manager=200, superuser=200),
         )
+    ),
+    "admin:accounts_adoptedaccount_import": Page(
+        one(
+            "admin:accounts_adoptedaccount_import",
+            signed_in(ADMIN_LOGIN, ADMIN_LOGIN, manager=200, superuser=200),
+        )
+    ),
+    "admin:accounts_adoptedaccount_adopt": Page(
+        lambda w: [
+            Visit(
+                f"adopt {account}",
+                reverse("admin:accounts_adoptedaccount_adopt", args=[w.cluster.pk, account]),
+                signed_in(ADMIN_LOGIN, ADMIN_LOGIN, manager=code, superuser=code),
+            )
+            for account, code in (
+                ("handmade", 200),
+                ("crawl-main", 200),  # adopted already: the page says so
+                ("Odd.Name", 200),  # the page says why it cannot be adopted
+                ("never-listed", 404),
+            )
+        ]
     ),
     # --- the API ---
     "api:me": Page(one("api:me", api(200))),

@@ -38,12 +38,14 @@ from accounts.models import (
     LedgerEntry,
     PersonalAccessToken,
     Project,
+    SlurmAccountListing,
     User,
 )
 from accounts.requests import allocation_request_create
 from accounts.tokens import token_create
 from clusters.models import Cluster, Partition
 from jobs.models import Job, JobEvent, JobTemplate
+from tests.factories import listed_account_row
 from tests.security.conftest import (
     funded_project,
     kept_for_the_module,
@@ -178,6 +180,9 @@ def build_world(output_dir: Path) -> World:
     expired, expired_plain = token_create(user=users[OWNER], name="old")
     PersonalAccessToken.objects.filter(pk=expired.pk).update(
         expires_at=timezone.now() - dt.timedelta(seconds=1)
+    )
+    SlurmAccountListing.objects.create(
+        cluster=cluster, listed_at=timezone.now(), accounts=[listed_account_row("handmade")]
     )
     revoked, revoked_plain = token_create(user=users[OWNER], name="gone")
     PersonalAccessToken.objects.filter(pk=revoked.pk).update(revoked_at=timezone.now())
@@ -393,6 +398,11 @@ ROWS = [
         expect(ADMIN_LOGIN, ADMIN_LOGIN, manager=MOVED, staff=403),
         data=lambda w: {"gpu_hours": "1", "reason": "matrix"}),
     Row("admin:accounts_allocation_drift", "GET", admin("accounts_allocation", "drift"), CONSOLE),
+    Row("admin:accounts_adoptedaccount_import", "GET",
+        admin("accounts_adoptedaccount", "import"), CONSOLE),
+    Row("admin:accounts_adoptedaccount_adopt", "GET",
+        admin("accounts_adoptedaccount", "adopt", lambda w: w.cluster.pk, lambda w: "handmade"),
+        CONSOLE),
     # --- the REST API ---
     Row("api:me", "GET", at("api:me"), expect(200, 401)),
     Row("api:projects", "GET", at("api:projects"), expect(200, 401)),
