@@ -36,7 +36,7 @@ status:
 # on TEST_PROCESSES processes (pytest-xdist; a module's tests stay on one process, as they
 # share its fixtures and the Slurm accounts it names), then the tests that stop shared
 # daemons alone.
-TEST_PROCESSES ?= 3
+TEST_PROCESSES ?= 4
 test: $(INSTALLED) stack
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
