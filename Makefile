@@ -35,16 +35,18 @@ status:
 # Run lint, type checks and the whole test suite against the real local stack, started here:
 # on TEST_PROCESSES processes (pytest-xdist; a module's tests stay on one process, as they
 # share its fixtures and the Slurm accounts it names), then the tests that stop shared
-# daemons alone.
+# daemons alone. mypy runs beside the first part (the suite mostly waits on Slurm); its
+# report comes after, and any failure of the three fails the target.
 TEST_PROCESSES ?= 4
 test: $(INSTALLED) stack
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy
 	$(PY) manage.py compilemessages --ignore=.venv --verbosity 0
+	mkdir -p var; $(VENV)/bin/mypy > var/mypy.log 2>&1 & mypy=$$!; \
 	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile -m "not exclusive"; parallel=$$?; \
+	wait $$mypy; typed=$$?; cat var/mypy.log; \
 	$(VENV)/bin/pytest -m exclusive; alone=$$?; \
-	exit $$(( parallel || alone ))
+	exit $$(( parallel || typed || alone ))
 
 # The load test (bench/load.py): 50 simulated researchers for 3 minutes against the real
 # web tier, worker and beat in a database of their own; fails on a 5xx or a broken invariant.

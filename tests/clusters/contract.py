@@ -102,9 +102,12 @@ def site(request, slurm_stack) -> Site:
 
 @pytest.fixture
 def association_lock(site):
-    """Held by a test that changes accounts or associations, for the whole test."""
+    """Held by a test that changes accounts or associations, for the whole test. The lock
+    polls (every 50 ms): a pause after each release lets another process's reconcile in
+    between two such tests rather than wait out the whole module."""
     with association_changes(site.cluster.name):
         yield
+    time.sleep(0.2)
 
 
 def clear_limit(site: Site) -> None:
