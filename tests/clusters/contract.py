@@ -162,7 +162,10 @@ def wait_for(what: str, probe, timeout_s: float = 45):
 
 
 def accounted(client, job_id: int, *, ended: bool = True):
-    since = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)
+    # The job was submitted a moment ago: a short window, so the read stays small however
+    # many jobs the cluster ran lately (a benchmark's 10,000 make a 10-minute window of
+    # slurmrestd 24.11 take longer than the client's timeout).
+    since = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=2)
 
     def probe():
         for entry in client.accounting_since(since):
