@@ -54,35 +54,40 @@ def test_a_worker_killed_mid_ingest_and_mid_burst_loses_nothing_and_does_nothing
         password=db["PASSWORD"],
         dbname=db["NAME"],
     )
-    with running_worker(beat=True, **FAST_CLAIM) as (_, _, worker):
-        # The first project's jobs get the lower Slurm ids; the ingest charges the
-        # highest first, so it charges the second project's and then waits for the first's.
-        ids = [
-            job_create(user=alice, request=quick_job(project, workdir, i)).pk
-            for project in (first, second)
-            for i in range(3)
-        ]
-        wait_for(lambda: submitted(ids) == 6, what="the jobs to be submitted")
-        locker.execute(
-            "SELECT 1 FROM accounts_allocation WHERE project_id = %s FOR UPDATE", [first.pk]
-        )
-        wait_for(
-            lambda: (
-                AccountingRecord.objects.filter(
-                    job__project=second, charged_gpu_seconds__isnull=False
-                ).count()
-                == 3
-            ),
-            what="the ingest to charge the second project's jobs",
-        )
-        wait_for(waiting_on_a_lock, what="the ingest to wait for the first project's allocation")
-        with Burst(user=alice, project=second, workdir=workdir, count=6, every_s=0.1) as burst:
-            wait_for(lambda: submitted(burst.ids) >= 2, what="the burst to flow")
-            sigkill_worker(worker)
-        burst_ids = burst.ids
-        assert submitted(burst_ids) < len(burst_ids), "the worker died mid-burst"
-    locker.rollback()
-    locker.close()
+    # Closed whatever happens: a transaction left open holds the row lock, and the
+    # test database's flush after the test would wait on it for good.
+    try:
+        with running_worker(beat=True, **FAST_CLAIM) as (_, _, worker):
+            # The first project's jobs get the lower Slurm ids; the ingest charges the
+            # highest first, so it charges the second project's and then waits for the first's.
+            ids = [
+                job_create(user=alice, request=quick_job(project, workdir, i)).pk
+                for project in (first, second)
+                for i in range(3)
+            ]
+            wait_for(lambda: submitted(ids) == 6, what="the jobs to be submitted")
+            locker.execute(
+                "SELECT 1 FROM accounts_allocation WHERE project_id = %s FOR UPDATE", [first.pk]
+            )
+            wait_for(
+                lambda: (
+                    AccountingRecord.objects.filter(
+                        job__project=second, charged_gpu_seconds__isnull=False
+                    ).count()
+                    == 3
+                ),
+                what="the ingest to charge the second project's jobs",
+            )
+            wait_for(
+                waiting_on_a_lock, what="the ingest to wait for the first project's allocation"
+            )
+            with Burst(user=alice, project=second, workdir=workdir, count=6, every_s=0.1) as burst:
+                wait_for(lambda: submitted(burst.ids) >= 2, what="the burst to flow")
+                sigkill_worker(worker)
+            burst_ids = burst.ids
+            assert submitted(burst_ids) < len(burst_ids), "the worker died mid-burst"
+    finally:
+        locker.close()
     assert not AccountingRecord.objects.filter(
         job__project=first, charged_gpu_seconds__isnull=False
     ).exists(), "the worker died before charging the first project"
