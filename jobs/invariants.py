@@ -45,8 +45,9 @@ from jobs.states import JobState
 from jobs.sync import IN_SLURM
 from jobs.tokens import is_submission_of, token_in
 
-# How far back accounting is read for jobs that already left the queue; the
-# submission's own token look-up reads as far (clusters/slurm/cli.py).
+# How far back the check reads accounting for jobs that already left the queue. The
+# submission's token look-up reads far less: the owner's jobs under the project's
+# account since the job was saved (jobs/submission.py, ``find_by_comment``).
 ACCOUNTING_WINDOW = dt.timedelta(days=14)
 STUCK_AFTER = dt.timedelta(minutes=15)
 WAITING = (JobState.NEW, JobState.SUBMITTING)
