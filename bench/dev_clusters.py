@@ -11,7 +11,10 @@ from pathlib import Path
 from django.conf import settings
 
 from clusters.models import Cluster
+from clusters.slurm import client_for
 from clusters.slurm.cli import CliClient, slurm_environment
+from clusters.slurm.protocol import SlurmClient
+from clusters.slurm.rest import RestClient
 from portal.devstack import CLUSTER_NEXT, STACK, is_running, script_env
 
 
@@ -67,6 +70,29 @@ class DevCluster:
 
     def version(self) -> str:
         return self.output(["sinfo", "--version"]).strip()
+
+    def adapters(self, *, timeout_s: float = 60) -> dict[str, SlurmClient]:
+        """The portal's client for this cluster through each backend that can reach it."""
+        found: dict[str, SlurmClient] = {}
+        for backend in Cluster.Backend.values:
+            cluster = Cluster(
+                name=self.cluster.name,
+                backend=backend,
+                rest_url=self.cluster.rest_url,
+                jwt_key_file=self.cluster.jwt_key_file,
+                admin_user="slurm",
+                command_prefix=self.cluster.command_prefix,
+                run_as_prefix=self.cluster.run_as_prefix,
+            )
+            try:
+                client = client_for(cluster, timeout_s=timeout_s)
+                if isinstance(client, RestClient):
+                    client.ping()  # a version this client does not speak is said here
+            except Exception as exc:  # noqa: BLE001 - an adapter that cannot be built is skipped
+                print(f"{self.name} {backend}: not measured ({exc})", file=sys.stderr)
+                continue
+            found[backend] = client
+        return found
 
 
 def dev_clusters(wanted: str | None = None) -> list[DevCluster]:

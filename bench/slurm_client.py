@@ -37,8 +37,6 @@ django.setup()
 from django.conf import settings  # noqa: E402
 
 from bench.dev_clusters import DevCluster, dev_clusters  # noqa: E402
-from clusters.models import Cluster  # noqa: E402
-from clusters.slurm import client_for  # noqa: E402
 from clusters.slurm.cli import sbatch_arguments  # noqa: E402
 from clusters.slurm.jwt import mint_token  # noqa: E402
 from clusters.slurm.parsing import FIELD_SEPARATOR, SACCT_FORMAT, SQUEUE_FORMAT  # noqa: E402
@@ -136,29 +134,6 @@ def prepare(target: DevCluster, queued: int, accounted: int, since: str) -> int:
     return blocker
 
 
-def clients(target: DevCluster) -> dict[str, object]:
-    found = {}
-    for backend in Cluster.Backend.values:
-        cluster = Cluster(
-            name=target.cluster.name,
-            backend=backend,
-            rest_url=target.cluster.rest_url,
-            jwt_key_file=target.cluster.jwt_key_file,
-            admin_user="slurm",
-            command_prefix=target.cluster.command_prefix,
-            run_as_prefix=target.cluster.run_as_prefix,
-        )
-        try:
-            client = client_for(cluster, timeout_s=60)
-            if isinstance(client, RestClient):
-                client.ping()  # a version this client does not speak is said here
-        except Exception as exc:  # noqa: BLE001 - an adapter that cannot be built is skipped
-            print(f"{target.cluster.name} {backend}: not measured ({exc})", file=sys.stderr)
-            continue
-        found[backend] = client
-    return found
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cluster", help="one dev cluster (default: each that runs)")
@@ -172,7 +147,7 @@ def main() -> None:
     for target in dev_clusters(args.cluster):
         blocker = prepare(target, args.queued, args.accounted, since)
         try:
-            figures = measure(target, clients(target), blocker, window_start, since, args.repeat)
+            figures = measure(target, target.adapters(), blocker, window_start, since, args.repeat)
         finally:
             target.output(["scancel", f"--name={QUEUED_NAME}"])
         print_table(target, figures, args)

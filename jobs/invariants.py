@@ -17,9 +17,9 @@ with it, and ``manage.py check_invariants`` runs it against a live portal:
 
 Some findings are warnings, not violations: what any researcher can bring about
 from a login node must not make the check fail at will. A token copied onto
-someone else's job (``forged-token``) or a token of no portal job
-(``unknown-token``) is listed with who ran it; the ingest charged that work to
-the account it ran under, as any work outside the portal.
+someone else's job or onto a job on another cluster than its own (``forged-token``),
+or a token of no portal job (``unknown-token``), is listed with who ran it; the
+ingest charged that work to the account it ran under, as any work outside the portal.
 
 Slurm is read once per cluster (one queue listing, one accounting read), after
 the portal's rows, so a job submitted in between is seen in Slurm rather than
@@ -45,8 +45,9 @@ from jobs.states import JobState
 from jobs.sync import IN_SLURM
 from jobs.tokens import is_submission_of, token_in
 
-# How far back accounting is read for jobs that already left the queue; the
-# submission's own token look-up reads as far (clusters/slurm/cli.py).
+# How far back the check reads accounting for jobs that already left the queue. The
+# submission's token look-up reads far less: the owner's jobs under the project's
+# account since the job was saved (jobs/submission.py, ``find_by_comment``).
 ACCOUNTING_WINDOW = dt.timedelta(days=14)
 STUCK_AFTER = dt.timedelta(minutes=15)
 WAITING = (JobState.NEW, JobState.SUBMITTING)
@@ -211,14 +212,15 @@ def _check_tokens(
     tokens: dict[str, list[QueueEntry | AccountingEntry]],
     findings: Findings,
 ) -> None:
-    """Each token Slurm shows against the portal job that has it."""
+    """Each token Slurm shows against the portal job that has it, on whichever cluster:
+    a token copied onto a job on another cluster than its own is a forged one too."""
     portal = {
         str(job.submit_token): job
-        for job in Job.objects.filter(cluster=cluster, submit_token__in=tokens)
-        .select_related("owner", "project")
+        for job in Job.objects.filter(submit_token__in=tokens)
+        .select_related("owner", "project", "cluster")
         .only(
             "id", "submit_token", "slurm_job_id", "state", "created_at", "submitted_at",
-            "owner__posix_username", "project__slurm_account",
+            "owner__posix_username", "project__slurm_account", "cluster__name",
         )
     }  # fmt: skip
     for token, entries in sorted(tokens.items()):
@@ -234,10 +236,12 @@ def _check_tokens(
             continue
         posix_user = job.owner.posix_username or ""
         account = job.project.slurm_account
+        on_its_cluster = job.cluster_id == cluster.pk
         own = [
             entry
             for entry in entries
-            if is_submission_of(
+            if on_its_cluster
+            and is_submission_of(
                 entry,
                 posix_user=posix_user,
                 account=account,
@@ -247,12 +251,13 @@ def _check_tokens(
         ]
         forged = [entry for entry in entries if entry not in own]
         if forged:
+            elsewhere = "" if on_its_cluster else f" on {job.cluster.name}"
             findings.warnings.append(
                 Violation(
                     "forged-token",
                     f"Slurm job {_listed(forged)} of {_who(forged)} carries the token of job "
-                    f"{job.pk} of {posix_user} under {account}; charged as work outside "
-                    "the portal",
+                    f"{job.pk} of {posix_user} under {account}{elsewhere}; charged as work "
+                    "outside the portal",
                 )
             )
         if not own:

@@ -4,9 +4,10 @@ Every researcher can run sbatch on a login node and read every job's comment
 (``squeue --all -o %k``), so the ``portal:<token>`` in alice's job is theirs to
 copy. bob (alice's teammate) and olga (another project) each run a 2-GPU job
 under their own account with alice's token: while her job is queued, after it
-ended, and while its Slurm id is not recorded yet (its worker died after sbatch).
-Each time alice's job keeps its own Slurm id, state and charge, the forged work
-is charged like any work outside the portal, to the account it ran under, and
+ended, and while its Slurm id is not recorded yet (its worker died after sbatch);
+alice herself copies it onto a job on the project's other cluster. Each time
+alice's job keeps its own Slurm id, state and charge, the forged work is charged
+like any work outside the portal, to the account (and cluster) it ran under, and
 the invariant check lists it as a warning without failing. Through both backends.
 """
 
@@ -20,13 +21,15 @@ from django.utils import timezone
 
 from accounts.models import LedgerEntry
 from accounts.services import user_create
+from clusters.prefixes import run_as_prefix_argv, run_as_prefix_template
+from clusters.slurm import client_for
 from jobs.invariants import invariants_check
 from jobs.models import AccountingRecord, Job
 from jobs.services import job_create
 from jobs.states import JobState
 from jobs.submission import job_submit
 from jobs.sync import accounting_sync, queue_sync
-from tests.conftest import DEV_CLUSTER, through_slurmrestd
+from tests.conftest import through_slurmrestd
 from tests.factories import request_for, run_to_the_end, slurm_ids_of, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
@@ -48,11 +51,16 @@ def setting(request, make_project, dev_cluster, alice, bob, olga):
     return cluster, vision, genomics
 
 
-def sbatch_as(user: str, account: str, comment: str, *, seconds: int = 2) -> int:
-    """What a researcher can do on a login node: a 2-GPU job with any comment."""
+def sbatch_as(user: str, account: str, comment: str, *, seconds: int = 2, on_next=None) -> int:
+    """What a researcher can do on a login node: a 2-GPU job with any comment, on
+    portal-dev, or on portal-next (``on_next``, its cluster) in its short partition."""
+    run_as, partition = ["runuser", "-u", user, "--"], "debug"
+    if on_next is not None:
+        run_as = run_as_prefix_argv(run_as_prefix_template(on_next.run_as_prefix), user)
+        partition = "short"
     result = subprocess.run(
-        ["runuser", "-u", user, "--", "sbatch", "--parsable", f"--account={account}",
-         "--partition=debug", "--gpus-per-node=2", "--time=2", "--chdir=/tmp",
+        [*run_as, "sbatch", "--parsable", f"--account={account}",
+         f"--partition={partition}", "--gpus-per-node=2", "--time=2", "--chdir=/tmp",
          "--output=/dev/null", f"--comment={comment}", f"--wrap=sleep {seconds}"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
@@ -102,8 +110,9 @@ def charged_as_outside_work(cluster, forged: dict[str, int], projects: dict) -> 
     for user, slurm_job_id in forged.items():
         record = AccountingRecord.objects.get(cluster=cluster, slurm_job_id=slurm_job_id)
         assert record.job_id is None, f"{user}'s job was bound to a portal job"
-        charge = LedgerEntry.objects.get(kind="charge", reference=f"{DEV_CLUSTER}:{slurm_job_id}")
+        charge = LedgerEntry.objects.get(kind="charge", reference=f"{cluster.name}:{slurm_job_id}")
         assert charge.allocation.project == projects[user]
+        assert charge.allocation.cluster == cluster
         assert charge.user.username == user
         assert -charge.gpu_seconds == record.charged_gpu_seconds
 
@@ -123,7 +132,7 @@ def assert_charged_only_its_own(job: Job) -> None:
     assert {r.slurm_job_id for r in own} == {job.slurm_job_id}
     assert job.used_gpu_seconds == sum(r.charged_gpu_seconds for r in own)
     charges = LedgerEntry.objects.filter(
-        kind="charge", reference=f"{DEV_CLUSTER}:{job.slurm_job_id}"
+        kind="charge", reference=f"{job.cluster.name}:{job.slurm_job_id}"
     )
     assert [-c.gpu_seconds for c in charges] == [job.used_gpu_seconds]
 
@@ -213,3 +222,45 @@ def test_the_owners_own_copy_of_her_token_later_is_a_warning_too(setting, alice,
     queue_sync(cluster=cluster)
     job.refresh_from_db()
     assert job.state == JobState.COMPLETED
+
+
+@pytest.mark.parametrize("backend", ["cli", "rest"])
+def test_a_token_copied_onto_a_job_on_the_projects_other_cluster_binds_nothing(
+    make_project, dev_cluster, next_cluster, alice, workdir, backend
+):
+    """alice's job on portal-dev was claimed and its worker died before sbatch. alice
+    herself, under the same account, sbatches a job with its token on portal-next, where
+    the project has an allocation too: owner, account and time all match, only the
+    cluster does not. Neither cluster's ingest nor the retry takes it for her job; it is
+    charged to the project's portal-next allocation and listed as a forged token there."""
+    vision = make_project(members={alice: "pi"}, clusters=(dev_cluster, next_cluster))
+    if backend == "rest":  # after the limits were set through the CLI (see ``setting``)
+        through_slurmrestd(dev_cluster)
+        through_slurmrestd(next_cluster)
+    job = alices_job(vision, workdir, alice, seconds=1)
+    assert job.cluster == dev_cluster
+    Job.objects.filter(pk=job.pk).update(
+        state=JobState.SUBMITTING, submit_attempts=1, claimed_until=timezone.now()
+    )
+    copy = sbatch_as("alice", vision.slurm_account, job.comment, on_next=next_cluster)
+    # On portal-next the copy passes for her submission in all but the cluster.
+    assert slurm_ids_of(job, client=client_for(next_cluster)) == [copy]
+
+    charged_as_outside_work(next_cluster, {"alice": copy}, {"alice": vision})
+    accounting_sync(cluster=dev_cluster)
+    job.refresh_from_db()
+    assert job.slurm_job_id is None and job.state == JobState.SUBMITTING
+    assert_warned_not_failed(next_cluster, job, {"alice": copy})
+    (warning,) = invariants_check(cluster=next_cluster).warnings
+    assert f"of alice under {vision.slurm_account} on portal-dev;" in warning.detail
+    assert invariants_check(cluster=dev_cluster).warnings == []
+
+    assert slurm_ids_of(job) == []
+    job_submit(job_id=job.pk)
+    job.refresh_from_db()
+    assert job.slurm_job_id is not None and slurm_ids_of(job) == [job.slurm_job_id]
+    job = run_to_the_end(job)
+    assert job.state == JobState.COMPLETED and job.cluster == dev_cluster
+    assert_charged_only_its_own(job)
+    assert AccountingRecord.objects.get(cluster=next_cluster, slurm_job_id=copy).job_id is None
+    assert_warned_not_failed(next_cluster, job, {"alice": copy})

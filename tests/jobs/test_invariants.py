@@ -40,11 +40,11 @@ def submitted(alice, project, workdir, **fields) -> Job:
     return job
 
 
-def sbatch_as_alice(project, workdir, comment: str) -> int:
-    """A job sbatched by hand, past the portal, as the owner would."""
+def sbatch_by_hand(project, comment: str, *, user: str = "alice") -> int:
+    """A job sbatched by hand, past the portal, as the owner (or a teammate) would."""
     result = subprocess.run(
-        ["runuser", "-u", "alice", "--", "sbatch", "--parsable",
-         f"--account={project.slurm_account}", "--partition=debug", f"--chdir={workdir}",
+        ["runuser", "-u", user, "--", "sbatch", "--parsable",
+         f"--account={project.slurm_account}", "--partition=debug", "--chdir=/tmp",
          "--output=/dev/null", f"--comment={comment}", "--wrap=true"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
@@ -121,16 +121,16 @@ def test_it_reports_a_job_waiting_too_long_to_be_submitted(dev_cluster, project,
 def test_it_reports_a_second_slurm_job_with_a_jobs_token(dev_cluster, project, alice, workdir):
     job = submitted(alice, project, workdir)
     assert invariants_check(cluster=dev_cluster) == Findings()
-    second = sbatch_as_alice(project, workdir, job.comment)
+    second = sbatch_by_hand(project, job.comment)
     violations = invariants_check(cluster=dev_cluster).violations
     assert names(violations) == {"duplicate-in-slurm"}
     assert f"{job.slurm_job_id}, {second}" in violations[0].detail
 
 
-def test_it_warns_of_a_slurm_job_with_a_token_no_job_has(dev_cluster, project, workdir):
+def test_it_warns_of_a_slurm_job_with_a_token_no_job_has(dev_cluster, project):
     # Anyone can write a made-up token into a comment: listed, but the check passes.
     token = uuid.uuid4()
-    slurm_job_id = sbatch_as_alice(project, workdir, f"portal:{token}")
+    slurm_job_id = sbatch_by_hand(project, f"portal:{token}")
     findings = invariants_check(cluster=dev_cluster)
     assert findings.violations == []
     assert names(findings.warnings) == {"unknown-token"}
@@ -153,11 +153,11 @@ def test_it_reports_a_job_slurm_has_though_the_portal_says_it_was_refused(
 
 
 def test_it_ignores_portal_tokens_on_jobs_of_accounts_that_are_not_projects(
-    dev_cluster, make_project, alice, workdir
+    dev_cluster, make_project, alice
 ):
     # Another portal (or another test database) shares the cluster: its accounts are not ours.
     other = make_project(members={alice: "pi"})
-    sbatch_as_alice(other, workdir, f"portal:{uuid.uuid4()}")
+    sbatch_by_hand(other, f"portal:{uuid.uuid4()}")
     Project.objects.filter(pk=other.pk).update(slurm_account="elsewhere")
     assert invariants_check(cluster=dev_cluster) == Findings()
 
@@ -187,3 +187,22 @@ def test_the_command_exits_0_when_sound_and_1_with_the_violations(dev_cluster, p
         f"ledger-drift: allocation {allocation.pk}: held_gpu_seconds is 1 on the row, "
         "0 in the ledger"
     ) in found.stdout
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_command_lists_a_forged_token_as_a_warning_and_exits_0(
+    dev_cluster, make_project, alice, bob, workdir
+):
+    # bob, alice's teammate, copies her job's token from the queue onto a job of his own:
+    # any researcher can, so it must not make the check fail.
+    project = make_project(members={alice: "pi", bob: "member"})
+    job = submitted(alice, project, workdir)
+    forged = sbatch_by_hand(project, job.comment, user="bob")
+    found = check_invariants()
+    assert found.returncode == 0, found.stdout + found.stderr
+    account = project.slurm_account
+    assert (
+        f"warning: forged-token: Slurm job {forged} of bob under {account} carries the token "
+        f"of job {job.pk} of alice under {account}; charged as work outside the portal\n"
+    ) in found.stdout
+    assert found.stdout.endswith("No invariant violations.\n")
