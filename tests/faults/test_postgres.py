@@ -52,7 +52,7 @@ def as_postgres(*command: str) -> None:
     subprocess.run(["runuser", "-u", "postgres", "--", *command], check=True, capture_output=True)
 
 
-def as_superuser(*statements: sql.Composable) -> None:
+def as_superuser(*statements: sql.Composed) -> None:
     with psycopg.connect(
         host="127.0.0.1", port=PORT, dbname="postgres", user="postgres",
         password=SUPERUSER_PASSWORD, autocommit=True, connect_timeout=5,
