@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+from django.conf import settings
 from django.core import checks
 from django.test import override_settings
 
@@ -39,6 +40,20 @@ def test_an_unreachable_database_is_an_error_that_names_it():
     assert result.returncode != 0
     assert "portal.E002" in result.stderr
     assert "Cannot connect to PostgreSQL database 'x' at 127.0.0.1:1" in result.stderr
+
+
+def test_connecting_as_a_superuser_is_an_error():
+    """The stack's own superuser, with its real password: the check asks the server."""
+    result = manage(
+        "check",
+        "--database",
+        "default",
+        PORTAL_DATABASE_URL="postgresql://postgres@127.0.0.1:5432/postgres",
+        PORTAL_DATABASE_PASSWORD_FILE=str(settings.STACK_DIR / "secrets" / "postgres"),
+    )
+    assert result.returncode != 0
+    assert "portal.E005" in result.stderr, result.stderr
+    assert "connects to PostgreSQL as the superuser 'postgres'" in result.stderr
 
 
 def test_an_unreachable_broker_is_a_warning_that_names_it():
