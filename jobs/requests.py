@@ -337,6 +337,25 @@ def _paths(values: dict[str, Any], posix_user: str) -> tuple[str, str, str]:
     return working_directory, output_path, error_path
 
 
+def paths_refusal(
+    *, posix_user: str, working_directory: str, output_path: str, error_path: str
+) -> str | None:
+    """Why a saved job's paths may not be used any more, or None: the request's checks,
+    run again by the worker right before sbatch. The web tier cannot look inside a home
+    it may not read (0700), so a symbolic link there out of the allowed folders is seen
+    only here, as is one put in after the job was saved."""
+    values = {
+        "working_directory": working_directory,
+        "output_path": output_path,
+        "error_path": error_path,
+    }
+    try:
+        _paths(values, posix_user)
+    except JobInvalid as invalid:
+        return " ".join(message for messages in invalid.fields.values() for message in messages)
+    return None
+
+
 def _environment(values: dict[str, Any]) -> dict[str, str]:
     environment = values.get("environment") or {}
     if not isinstance(environment, dict):

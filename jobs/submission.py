@@ -26,7 +26,7 @@ from clusters.slurm.types import SubmitRequest
 from jobs import dispatch, scripts, specs
 from jobs.actions import CANCEL
 from jobs.models import Job, JobEvent
-from jobs.requests import DEPENDENCY_NEVER_OK, PreparedJob, home_of
+from jobs.requests import DEPENDENCY_NEVER_OK, PreparedJob, home_of, paths_refusal
 from jobs.states import JobState
 from jobs.tokens import CLOCK_SLACK, comment_for
 
@@ -311,6 +311,15 @@ def job_submit(*, job_id: int) -> Job | None:
         # web tier or the database say, a job never runs as root or a system account.
         if login_refused := posix_login_refusal(posix_user):
             raise SlurmRejected(login_refused)
+        # And where it works and writes, seen from here: the web tier could not look
+        # inside the owner's home, and a symlink may have been put in since.
+        if path_refused := paths_refusal(
+            posix_user=posix_user,
+            working_directory=job.working_directory,
+            output_path=job.output_path,
+            error_path=job.error_path,
+        ):
+            raise SlurmRejected(path_refused)
         after_ok = _after_ok(job)
         spec = spec_of(job, after_ok=after_ok)
         rendered = scripts.render_script(spec) if after_ok else job.rendered_script

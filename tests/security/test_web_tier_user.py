@@ -20,9 +20,14 @@ from django.conf import settings
 from django.db import connection
 from django.test import Client
 
+from accounts.models import LedgerEntry
+from accounts.selectors import project_balance
 from accounts.tokens import token_create
+from jobs.models import Job
+from jobs.states import JobState
 from tests.api.conftest import make_job
 from tests.conftest import REPO
+from tests.factories import wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
 
@@ -145,3 +150,46 @@ def test_the_web_server_runs_as_its_own_user_and_holds_no_run_as_rights(
         assert as_web_user("cat", str(secret)).returncode != 0, f"{secret} is readable"
     # What it needs, it reads: its database and Redis passwords.
     assert as_web_user("cat", str(SECRETS / "portal-db")).returncode == 0
+
+
+def test_a_symbolic_link_the_web_tier_cannot_see_is_refused_by_the_worker_at_no_charge(
+    web, make_project, alice, dev_cluster, workdir, tmp_path
+):
+    """The web tier, as its own user, cannot look inside alice's 0700 home, so its path
+    check cannot see that a folder there is a symbolic link out of her folders: the
+    worker checks again right before sbatch and refuses the job, its hold released."""
+    base, _ = web
+    project = make_project(members={alice: "pi"}, gpu_hours=10)
+    _, token = token_create(user=alice, name="web-tier")
+    api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    escape = workdir / "escape"
+    escape.symlink_to(tmp_path)
+    assert as_web_user("ls", str(workdir)).returncode != 0  # what the web tier cannot see
+
+    created = api.post(
+        "/api/v1/jobs/",
+        json={
+            "project": project.slug,
+            "partition": "debug",
+            "gpus_per_node": 1,
+            "time_limit_minutes": 5,
+            "working_directory": str(escape),
+            "script": "echo hello\n",
+        },
+    )
+    assert created.status_code == 201, created.text
+    job = Job.objects.get(pk=created.json()["id"])
+
+    def ended() -> bool:
+        job.refresh_from_db()
+        return job.state == JobState.SUBMIT_FAILED
+
+    wait_for(ended, what=f"the worker to refuse job {job.pk}")
+    assert f"'{escape}' is outside your allowed folders" in job.submit_error
+    assert "symbolic link" in job.submit_error
+    assert job.slurm_job_id is None
+    assert api.get(f"/api/v1/jobs/{job.pk}/").json()["state"] == "submit_failed"
+    balance = project_balance(project)
+    assert balance.held_gpu_seconds == 0 and balance.used_gpu_seconds == 0
+    charges = LedgerEntry.objects.filter(allocation__project=project, kind=LedgerEntry.Kind.CHARGE)
+    assert not charges.exists()
