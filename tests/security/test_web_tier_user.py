@@ -8,6 +8,7 @@ as that user against the test database and the session's worker: the composer's
 estimate, the job page's output tail and /healthz work, while that user itself cannot
 read alice's files, act as her, or read the keys."""
 
+import grp
 import os
 import pwd
 import socket
@@ -84,6 +85,29 @@ def as_web_user(*command: str) -> subprocess.CompletedProcess:
     )
 
 
+def entry_gid(user: str) -> int:
+    return pwd.getpwnam(user).pw_gid
+
+
+def jwt_keys() -> list[Path]:
+    """Each dev cluster's JWT key: portal-dev's, and portal-next's inside its root
+    (dev/cluster-next) unless the stack runs without it."""
+    keys = [STACK_DIR / "jwt_hs256.key"]
+    if os.environ.get("PORTAL_CLUSTER_NEXT") != "off":
+        keys.append(STACK_DIR / "next" / "root" / "var" / "lib" / "portal-next" / "jwt_hs256.key")
+    return keys
+
+
+def sudoers_naming(user: str) -> list[str]:
+    """The sudoers files that mention ``user`` (none where sudo is not installed, as on
+    the dev stack: then ``sudo -n`` fails for lack of sudo, and this says it would still
+    grant nothing once installed)."""
+    files = [Path("/etc/sudoers")]
+    if Path("/etc/sudoers.d").is_dir():
+        files += sorted(Path("/etc/sudoers.d").iterdir())
+    return [str(f) for f in files if f.is_file() and user in f.read_text(errors="replace")]
+
+
 def signed_in(base: str, user) -> httpx.Client:
     """A browser-like client with ``user``'s session, made by Django's own log-in."""
     client = Client()
@@ -146,7 +170,14 @@ def test_the_web_server_runs_as_its_own_user_and_holds_no_run_as_rights(
     assert as_web_user("ls", entry.pw_dir).returncode != 0
     assert as_web_user("runuser", "-u", "alice", "--", "true").returncode != 0
     assert as_web_user("sudo", "-n", "-u", "alice", "true").returncode != 0
-    for secret in (STACK_DIR / "jwt_hs256.key", Path("/etc/munge/munge.key"), SECRETS / "postgres"):
+    assert as_web_user("sudo", "-n", "true").returncode != 0
+    assert sudoers_naming(WEB_USER) == []
+    # In none of the groups that could read a key, a researcher's files or act as root.
+    groups = {grp.getgrgid(gid).gr_name for gid in os.getgrouplist(WEB_USER, entry_gid(WEB_USER))}
+    assert not groups & {"root", "sudo", "wheel", "admin", "adm", "shadow", "slurm", "munge"}
+    assert not groups & {"alice", "bob", "charlie"}
+    for secret in (*jwt_keys(), Path("/etc/munge/munge.key"), SECRETS / "postgres"):
+        assert secret.is_file(), f"{secret} is not there to be refused"
         assert as_web_user("cat", str(secret)).returncode != 0, f"{secret} is readable"
     # What it needs, it reads: its database and Redis passwords.
     assert as_web_user("cat", str(SECRETS / "portal-db")).returncode == 0
