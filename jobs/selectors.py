@@ -165,11 +165,9 @@ def unfinished_tasks_of(
 ) -> int:
     """The user's jobs of the project on the cluster that are not finished, each array task
     counted (as Slurm's MaxSubmitJobs counts them); ``excluding`` a job by its id."""
-    return (
-        Job.objects.filter(
-            owner=user, project=project, cluster=cluster, state__in=UNFINISHED_STATES
-        )
-        .exclude(pk=excluding)
-        .aggregate(tasks=Sum("array_tasks"))["tasks"]
-        or 0
+    jobs = Job.objects.filter(
+        owner=user, project=project, cluster=cluster, state__in=UNFINISHED_STATES
     )
+    if excluding is not None:
+        jobs = jobs.exclude(pk=excluding)
+    return jobs.aggregate(tasks=Sum("array_tasks"))["tasks"] or 0
