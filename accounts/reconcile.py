@@ -28,7 +28,8 @@ The portal changes only accounts it created (organization ``portal``) and those 
 allocation manager adopted on that cluster (``AdoptedAccount``, see
 ``accounts.adoption``). A project bound to an account that a site made by hand and
 nobody adopted — someone else's budget — gets no users, associations or limits: the
-run reports it as an error and leaves the account alone. An adopted account is
+run reports it as an error and leaves the account alone, and the workers estimate and
+submit no job under it (``account_check``, used by ``jobs.submission``). An adopted account is
 managed as the portal's own, except that the users the site had associated with it
 when it was adopted who are not the project's members are kept (and reported),
 unless the adoption said to remove them.
@@ -186,24 +187,36 @@ def member_posix_names(project: Project) -> set[str]:
     }
 
 
+def account_check(*, client: SlurmClient, cluster: Cluster, account: str, adopted: bool) -> bool:
+    """Whether ``account`` exists on ``cluster`` and is the portal's to use: True when it
+    is its own (organization ``portal``) or ``adopted`` there, False when Slurm has no
+    such account (the portal will create it); NotThePortalsAccount when someone else made
+    it and nobody adopted it. The reconciler changes nothing in such an account and the
+    workers submit and estimate nothing under it: it is someone else's budget."""
+    try:
+        organization = client.account_organization(account)
+    except NotFound:
+        return False
+    if organization == PORTAL_ORGANIZATION or adopted:
+        return True
+    raise NotThePortalsAccount(
+        f"the Slurm account exists but the portal did not create it (organization "
+        f"{organization!r}, not {PORTAL_ORGANIZATION!r}) and nobody adopted it on "
+        f"{cluster.name}; the portal adds no users, associations or limits to it. Adopt "
+        "it (Slurm import in the console, or manage.py import_accounts) or bind the project "
+        "to a new account name."
+    )
+
+
 def _managed(run: Run, account: str) -> AdoptedAccount | None:
     """Whether the portal may change the account on this run's cluster: None when it is
     the portal's own (or absent, to be created), its adoption when it was adopted here;
     NotThePortalsAccount otherwise."""
-    try:
-        organization = run.client.account_organization(account)
-    except NotFound:
-        return None  # absent: the portal will create it
     adoption = run.adoptions.get(account)
-    if organization == PORTAL_ORGANIZATION or adoption is not None:
-        return adoption
-    raise NotThePortalsAccount(
-        f"the Slurm account exists but the portal did not create it (organization "
-        f"{organization!r}, not {PORTAL_ORGANIZATION!r}) and nobody adopted it on "
-        f"{run.cluster.name}; the portal adds no users, associations or limits to it. Adopt "
-        "it (Slurm import in the console, or manage.py import_accounts) or bind the project "
-        "to a new account name."
+    exists = account_check(
+        client=run.client, cluster=run.cluster, account=account, adopted=adoption is not None
     )
+    return adoption if exists else None
 
 
 def _plan_project(run: Run, project: Project, warnings: list[str]) -> list[Action]:

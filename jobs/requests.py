@@ -219,14 +219,10 @@ def home_of(posix_user: str) -> str:
         ) from None
 
 
-def _check_submit_limit(user: User, project: Project, cluster: Cluster, tasks: int) -> None:
-    """Refuse a job that Slurm's MaxSubmitJobs on the project's account would refuse, so
-    none is saved that can only end ``submit_failed``. Slurm counts every array task,
-    pending or running; the portal counts the user's unfinished jobs of the project on
-    the cluster (a partly finished array in full, so it may refuse a little early). Work
-    submitted outside the portal is not seen: Slurm stays the hard stop for it."""
+def _check_array_size(project: Project, cluster: Cluster, tasks: int) -> None:
+    """Refuse an array larger than Slurm's MaxSubmitJobs on the project's account: Slurm
+    counts every array task, so it could only end ``submit_failed``."""
     limit = max_submit_jobs_for(project=project, cluster=cluster)
-    where = {"limit": limit, "tasks": tasks, "project": project.slug, "cluster": cluster.name}
     if tasks > limit:
         raise JobInvalid.one(
             "array",
@@ -235,9 +231,24 @@ def _check_submit_limit(user: User, project: Project, cluster: Cluster, tasks: i
                 "each user have at most %(limit)s jobs queued or running on %(cluster)s "
                 "(MaxSubmitJobs). Split it into arrays of at most %(limit)s tasks."
             )
-            % where,
+            % {"limit": limit, "tasks": tasks, "project": project.slug, "cluster": cluster.name},
         )
-    queued = unfinished_tasks_of(user, project=project, cluster=cluster)
+
+
+def submit_limit_check(prepared: PreparedJob, *, excluding: int | None = None) -> None:
+    """Refuse a job that Slurm's MaxSubmitJobs would refuse once the owner's unfinished
+    jobs of the project on the cluster are counted (``excluding`` the job itself, when it
+    is already saved), so none is saved that can only end ``submit_failed``. Slurm counts
+    every array task, pending or running; so does the portal (a partly finished array in
+    full, so it may refuse a little early). Work submitted outside the portal is not
+    seen: Slurm stays the hard stop for it. Job creation calls this under the lock of
+    the allocation its hold takes, so two creations cannot both count before either is
+    saved."""
+    project, cluster, tasks = prepared.project, prepared.cluster, prepared.array_tasks
+    limit = max_submit_jobs_for(project=project, cluster=cluster)
+    queued = unfinished_tasks_of(
+        prepared.owner, project=project, cluster=cluster, excluding=excluding
+    )
     if queued + tasks > limit:
         raise JobInvalid.one(
             "array" if tasks > 1 else "__all__",
@@ -246,7 +257,13 @@ def _check_submit_limit(user: User, project: Project, cluster: Cluster, tasks: i
                 "(each array task counted) and this adds %(tasks)s; Slurm lets each user "
                 "have at most %(limit)s (MaxSubmitJobs). Wait for some to end, or cancel some."
             )
-            % {**where, "queued": queued},
+            % {
+                "queued": queued,
+                "tasks": tasks,
+                "project": project.slug,
+                "cluster": cluster.name,
+                "limit": limit,
+            },
         )
 
 
@@ -287,7 +304,7 @@ def job_prepare(*, user: User, request: JobRequest, submit_token: str = "") -> P
         max_script_bytes=settings.JOB_MAX_SCRIPT_BYTES,
     )
     array_tasks = specs.array_task_count(spec.array)
-    _check_submit_limit(user, project, cluster, array_tasks)
+    _check_array_size(project, cluster, array_tasks)
     return PreparedJob(
         owner=user,
         posix_user=posix_user,
@@ -335,6 +352,25 @@ def _paths(values: dict[str, Any], posix_user: str) -> tuple[str, str, str]:
         field="error_path",
     )
     return working_directory, output_path, error_path
+
+
+def paths_refusal(
+    *, posix_user: str, working_directory: str, output_path: str, error_path: str
+) -> str | None:
+    """Why a saved job's paths may not be used any more, or None: the request's checks,
+    run again by the worker right before sbatch. The web tier cannot look inside a home
+    it may not read (0700), so a symbolic link there out of the allowed folders is seen
+    only here, as is one put in after the job was saved."""
+    values = {
+        "working_directory": working_directory,
+        "output_path": output_path,
+        "error_path": error_path,
+    }
+    try:
+        _paths(values, posix_user)
+    except JobInvalid as invalid:
+        return " ".join(message for messages in invalid.fields.values() for message in messages)
+    return None
 
 
 def _environment(values: dict[str, Any]) -> dict[str, str]:

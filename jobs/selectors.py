@@ -160,12 +160,14 @@ def jobs_to_sweep(*, older_than_s: int = 15, limit: int = 500) -> list[int]:
     return list(stuck.values_list("id", flat=True)[:limit])
 
 
-def unfinished_tasks_of(user: User, *, project: Project, cluster: Cluster) -> int:
+def unfinished_tasks_of(
+    user: User, *, project: Project, cluster: Cluster, excluding: int | None = None
+) -> int:
     """The user's jobs of the project on the cluster that are not finished, each array task
-    counted (as Slurm's MaxSubmitJobs counts them)."""
-    return (
-        Job.objects.filter(
-            owner=user, project=project, cluster=cluster, state__in=UNFINISHED_STATES
-        ).aggregate(tasks=Sum("array_tasks"))["tasks"]
-        or 0
+    counted (as Slurm's MaxSubmitJobs counts them); ``excluding`` a job by its id."""
+    jobs = Job.objects.filter(
+        owner=user, project=project, cluster=cluster, state__in=UNFINISHED_STATES
     )
+    if excluding is not None:
+        jobs = jobs.exclude(pk=excluding)
+    return jobs.aggregate(tasks=Sum("array_tasks"))["tasks"] or 0

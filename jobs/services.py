@@ -29,7 +29,13 @@ from jobs.errors import JobInvalid
 from jobs.internals import remember_related
 from jobs.models import Job, JobEvent, JobTemplate
 from jobs.pricing import Price
-from jobs.requests import TEMPLATE_DEFAULT_FIELDS, JobRequest, PreparedJob, job_prepare
+from jobs.requests import (
+    TEMPLATE_DEFAULT_FIELDS,
+    JobRequest,
+    PreparedJob,
+    job_prepare,
+    submit_limit_check,
+)
 from jobs.states import TERMINAL_STATES, JobState
 from jobs.submission import (
     ESTIMATE_PAUSE_S,
@@ -122,6 +128,9 @@ def job_create_or_find(
                 user=user,
                 partition=prepared.partition,
             )
+            # Counted under the allocation's row lock that the hold has just taken: a
+            # creation racing this one waits for it to commit, then counts this job too.
+            submit_limit_check(prepared, excluding=job.pk)
             created = job_event_add(
                 job=job,
                 state=JobState.NEW,
@@ -182,6 +191,7 @@ def job_estimate(*, user: User, request: JobRequest) -> Estimate:
     when a worker gets it within ``PORTAL_ESTIMATE_TIMEOUT_S`` (the web tier never asks
     Slurm itself). A cluster the workers' last probe found down is not asked at all."""
     prepared = job_prepare(user=user, request=request, submit_token="estimate")  # noqa: S106
+    submit_limit_check(prepared)
     allocation = _allocation_for(prepared)
     expected_start = None
     no_estimates = estimates_paused_key(prepared.cluster.pk)

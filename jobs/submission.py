@@ -16,17 +16,21 @@ from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
+from django.utils.translation import gettext as _
 from redis.exceptions import RedisError
 
 from accounts import ledger
+from accounts.models import AdoptedAccount
 from accounts.posix import posix_login_refusal
+from accounts.reconcile import NotThePortalsAccount, account_check
 from clusters.models import Cluster
-from clusters.slurm import SlurmError, SlurmRejected, SlurmUnavailable, client_for
+from clusters.slurm import SlurmClient, SlurmError, SlurmRejected, SlurmUnavailable, client_for
 from clusters.slurm.types import SubmitRequest
 from jobs import dispatch, scripts, specs
 from jobs.actions import CANCEL
+from jobs.errors import JobInvalid
 from jobs.models import Job, JobEvent
-from jobs.requests import DEPENDENCY_NEVER_OK, PreparedJob, home_of
+from jobs.requests import DEPENDENCY_NEVER_OK, PreparedJob, home_of, paths_refusal
 from jobs.states import JobState
 from jobs.tokens import CLOCK_SLACK, comment_for
 
@@ -71,6 +75,34 @@ def pause(key: str, reason: str, *, seconds: int) -> None:
         cache.add(key, reason, timeout=seconds)
 
 
+# How long a worker believes that an account is the portal's before asking Slurm again:
+# without it each submission would cost a sacctmgr call. An account made by hand is
+# asked about every time, so adopting it takes effect at once.
+PORTALS_ACCOUNT_TRUSTED_S = 300
+
+
+def foreign_account_refusal(*, client: SlurmClient, cluster: Cluster, account: str) -> str | None:
+    """Why no job may be submitted or estimated under ``account`` on ``cluster`` — it
+    exists in Slurm, the portal did not create it and nobody adopted it there: someone
+    else's budget, which the reconciler leaves alone (``accounts.reconcile``) — or None.
+    SlurmError when Slurm cannot say."""
+    key = f"jobs:portals-account:{cluster.pk}:{account}"
+    if paused(key):
+        return None
+    adopted = AdoptedAccount.objects.filter(cluster=cluster, account=account).exists()
+    try:
+        if account_check(client=client, cluster=cluster, account=account, adopted=adopted):
+            pause(key, "the portal's", seconds=PORTALS_ACCOUNT_TRUSTED_S)
+    except NotThePortalsAccount:
+        return _(
+            "The project's Slurm account %(account)s on %(cluster)s was made outside the "
+            "portal and nobody adopted it: the portal submits no jobs under someone else's "
+            "account. Ask an allocation manager to adopt it or to bind the project to a "
+            "new account."
+        ) % {"account": account, "cluster": cluster.name}
+    return None
+
+
 # How long estimates skip asking Slurm for a start time after it did not answer one.
 ESTIMATE_PAUSE_S = 30
 
@@ -84,7 +116,8 @@ def start_estimate(
 ) -> dt.datetime | None:
     """Slurm's expected start of ``request`` (``sbatch --test-only`` as its user), asked in
     a worker for the web tier's estimate; None when Slurm gives none in ``timeout_s``
-    (then estimates pause a while: each one that waits holds a web worker)."""
+    (then estimates pause a while: each one that waits holds a web worker). JobInvalid
+    when the job could never be submitted under its account (``foreign_account_refusal``)."""
     if refusal := posix_login_refusal(request.user):
         logger.info("no start estimate: %s", refusal)
         return None
@@ -93,7 +126,12 @@ def start_estimate(
         return None
     timeout_s = min(timeout_s, settings.ESTIMATE_TIMEOUT_S)
     try:
-        return client_for(cluster, timeout_s=timeout_s).estimate_start(request).starts_at
+        client = client_for(cluster, timeout_s=timeout_s)
+        if refused := foreign_account_refusal(
+            client=client, cluster=cluster, account=request.account
+        ):
+            raise JobInvalid.one("project", refused)
+        return client.estimate_start(request).starts_at
     except SlurmUnavailable as error:
         pause(estimates_paused_key(cluster_id), str(error), seconds=ESTIMATE_PAUSE_S)
         logger.info("no start estimate from %s: %s", cluster, error)
@@ -311,6 +349,19 @@ def job_submit(*, job_id: int) -> Job | None:
         # web tier or the database say, a job never runs as root or a system account.
         if login_refused := posix_login_refusal(posix_user):
             raise SlurmRejected(login_refused)
+        # And where it works and writes, seen from here: the web tier could not look
+        # inside the owner's home, and a symlink may have been put in since.
+        if path_refused := paths_refusal(
+            posix_user=posix_user,
+            working_directory=job.working_directory,
+            output_path=job.output_path,
+            error_path=job.error_path,
+        ):
+            raise SlurmRejected(path_refused)
+        if account_refused := foreign_account_refusal(
+            client=client, cluster=job.cluster, account=job.project.slurm_account
+        ):
+            raise SlurmRejected(account_refused)
         after_ok = _after_ok(job)
         spec = spec_of(job, after_ok=after_ok)
         rendered = scripts.render_script(spec) if after_ok else job.rendered_script

@@ -16,7 +16,7 @@ from clusters.slurm import SlurmUnavailable
 from clusters.slurm.types import SubmitRequest
 from jobs import dispatch
 from jobs.control import job_control
-from jobs.errors import OutputUnavailable
+from jobs.errors import JobInvalid, OutputUnavailable
 from jobs.output import read_output_of
 from jobs.selectors import jobs_to_sweep
 from jobs.submission import (
@@ -142,10 +142,20 @@ def accounting_ingest_all_task() -> None:
 
 @shared_task(acks_late=False)
 def job_start_estimate_task(
-    *, cluster_id: int, request: dict, timeout_s: float, reply_to: str
+    *,
+    cluster_id: int,
+    request: dict,
+    timeout_s: float,
+    reply_to: str,
+    language: str | None = None,
 ) -> None:
     submit = SubmitRequest(**{**request, "after_ok": tuple(request["after_ok"])})
-    starts_at = start_estimate(cluster_id=cluster_id, request=submit, timeout_s=timeout_s)
+    with translation.override(language):
+        try:
+            starts_at = start_estimate(cluster_id=cluster_id, request=submit, timeout_s=timeout_s)
+        except JobInvalid as refusal:
+            dispatch.reply(reply_to, {"refused": refusal.fields})
+            return
     dispatch.reply(reply_to, {"starts_at": starts_at.isoformat() if starts_at else None})
 
 

@@ -17,7 +17,7 @@ from django.utils.translation import gettext as _
 from clusters.slurm import SlurmUnavailable
 from clusters.slurm.types import SubmitRequest
 from jobs import dispatch
-from jobs.errors import OutputUnavailable
+from jobs.errors import JobInvalid, OutputUnavailable
 from jobs.output import OutputText
 
 # A little more than the worker's own deadline: the task's trip through Redis and back.
@@ -28,16 +28,20 @@ def expected_start(
     *, cluster_id: int, request: SubmitRequest, timeout_s: float
 ) -> dt.datetime | None:
     """Slurm's expected start of ``request``, asked by a worker; SlurmUnavailable when no
-    answer came within ``timeout_s`` (Slurm's or the worker's fault alike)."""
+    answer came within ``timeout_s`` (Slurm's or the worker's fault alike), JobInvalid
+    when the worker found that the job could never be submitted."""
     answer = dispatch.ask(
         dispatch.START_ESTIMATE,
         deadline_s=timeout_s + ROUND_TRIP_S,
         cluster_id=cluster_id,
         request=dataclasses.asdict(request),
         timeout_s=timeout_s,
+        language=translation.get_language(),
     )
     if answer is None:
         raise SlurmUnavailable(f"no start estimate within {timeout_s}s")
+    if "refused" in answer:
+        raise JobInvalid(answer["refused"])
     starts_at = answer.get("starts_at")
     return dt.datetime.fromisoformat(starts_at) if starts_at else None
 

@@ -10,11 +10,16 @@ from django.test import override_settings
 from django.utils import timezone
 
 from accounts.ledger import allocation_grant, ledger_charge, ledger_hold
-from accounts.models import Membership
+from accounts.models import AdoptedAccount, Membership
 from accounts.reconcile import cpu_minutes_limit_for, gpu_minutes_limit_for, reconcile
+from accounts.selectors import project_balance
 from accounts.services import membership_set, project_create
 from clusters.models import Partition
 from clusters.slurm import client_for
+from jobs.errors import JobInvalid
+from jobs.services import job_create, job_estimate
+from jobs.states import JobState
+from tests.factories import request_for, wait_for
 from tests.slurm_accounts import DEV_CLUSTER, account_remove, sacctmgr_change
 
 TODAY = dt.date.today()
@@ -209,6 +214,47 @@ def test_an_account_made_by_hand_is_refused_and_given_nothing(project, dev_clust
         assert "adds no users, associations or limits" in error
     assert client.account_limits(account).users == ()
     assert client.account_limits(account).gpu_minutes is None
+
+
+@pytest.mark.slurm
+@pytest.mark.django_db(transaction=True)  # the worker that estimates reads the rows
+def test_no_job_is_estimated_or_submitted_under_an_account_made_by_hand(
+    project, dev_cluster, alice, workdir
+):
+    # Someone's account, and alice may already submit under it: the portal neither
+    # estimates nor submits her jobs there until an allocation manager adopts it.
+    account = project.slurm_account
+    sacctmgr_change("add", "account", account, check=True)
+    sacctmgr_change("add", "user", "alice", f"account={account}", check=True)
+    says = f"The project's Slurm account {account} on {dev_cluster.name} was made outside"
+    with pytest.raises(JobInvalid) as refused:
+        job_estimate(user=alice, request=request_for(project, workdir))
+    assert refused.value.fields["project"][0].startswith(says)
+
+    job = job_create(user=alice, request=request_for(project, workdir))
+    assert project_balance(project).held_gpu_seconds > 0
+
+    def ended() -> bool:  # submitted by the session's worker, once committed
+        job.refresh_from_db()
+        return job.state not in (JobState.NEW, JobState.SUBMITTING)
+
+    wait_for(ended, what=f"a worker to take job {job.pk}")
+    assert job.state == JobState.SUBMIT_FAILED
+    assert job.submit_error.startswith(says)
+    assert job.slurm_job_id is None
+    assert project_balance(project).held_gpu_seconds == 0
+    assert (
+        client_for(dev_cluster).find_by_comment(
+            job.comment,
+            user="alice",
+            account=account,
+            since=job.created_at - dt.timedelta(minutes=1),
+        )
+        == []
+    )
+
+    AdoptedAccount.objects.create(cluster=dev_cluster, account=account, project=project)
+    assert job_estimate(user=alice, request=request_for(project, workdir)).expected_start
 
 
 @pytest.mark.slurm

@@ -9,6 +9,7 @@ import pytest
 from jobs.models import Job
 from tests.api.conftest import error_of, make_job
 from tests.factories import run_to_the_end
+from tests.jobs.test_forged_tokens import nobody_takes_submissions
 
 pytestmark = pytest.mark.slurm
 
@@ -70,6 +71,26 @@ def test_a_file_the_owner_does_not_own_is_not_shown(api, alice, job, workdir):
     response = output(api(alice), job)
     assert response.status_code == 404
     assert "root's secret" not in response.content.decode()
+
+
+def test_when_no_worker_reads_the_output_in_time_the_api_and_page_answer_without_it(
+    api, client, alice, job, workdir, settings
+):
+    write_as_alice(workdir / "slurm-555.out", "alice's output\n")
+    assert output(api(alice), job).json()["text"] == "alice's output\n"  # a worker reads it
+    client.force_login(alice)
+    settings.OUTPUT_TIMEOUT_S = 0.5
+    with nobody_takes_submissions():  # asked where no worker listens
+        response = output(api(alice), job)
+        page = client.get(f"/jobs/{job.pk}/output/")
+    assert response.status_code == 404
+    error = error_of(response)
+    assert error["code"] == "output_unavailable"
+    assert "did not read the output in time" in error["message"]
+    assert "alice's output" not in response.content.decode()
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "did not read the output in time" in html and "alice's output" not in html
 
 
 def test_bad_parameters_are_a_400(api, alice, job):

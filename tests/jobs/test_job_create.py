@@ -2,11 +2,13 @@
 
 import math
 import os
+import threading
 from decimal import Decimal
 
 import pytest
 from django.test import override_settings
 
+from accounts import ledger
 from accounts.errors import QuotaExceeded
 from accounts.models import LedgerEntry
 from accounts.selectors import project_balance
@@ -15,7 +17,8 @@ from jobs.models import Job, JobTemplate
 from jobs.requests import JobRequest
 from jobs.services import estimates_paused_key, job_create, job_estimate
 from jobs.states import JobState
-from tests.factories import request_for
+from tests.factories import in_thread, request_for, wait_for, waiting_for_a_lock
+from tests.jobs.test_forged_tokens import nobody_takes_submissions
 
 pytestmark = pytest.mark.slurm
 
@@ -232,3 +235,45 @@ def test_an_estimate_does_not_ask_a_cluster_the_last_probe_found_down(
     assert estimate.cluster_unreachable == "connect failure"
     assert estimate.expected_start is None
     assert estimate.fits is True and estimate.requested_gpu_hours > 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_creations_at_once_cannot_both_pass_max_submit_jobs(
+    project, alice, workdir, monkeypatch, settings
+):
+    # 5 + 5 tasks over a limit of 8: each alone fits, together they would end submit_failed.
+    settings.SLURM_MAX_SUBMIT_JOBS = 8
+    request = request_for(project, workdir, array="0-4", time_limit_minutes=1)
+    holding, go_on = threading.Event(), threading.Event()
+    hold = ledger.ledger_hold
+
+    def slow_hold(**kwargs):
+        entry = hold(**kwargs)
+        if not holding.is_set():
+            holding.set()  # the first has saved its job and holds, not committed
+            assert go_on.wait(timeout=30)
+        return entry
+
+    monkeypatch.setattr(ledger, "ledger_hold", slow_hold)
+    errors: list = []
+    with nobody_takes_submissions():
+        first = in_thread(lambda: job_create(user=alice, request=request), errors)
+        assert holding.wait(timeout=30)
+        second = in_thread(lambda: job_create(user=alice, request=request), errors)
+        wait_for(
+            lambda: waiting_for_a_lock('UPDATE "accounts_allocation"%') or not second.is_alive(),
+            timeout_s=30,
+            interval_s=0.05,
+            what="the second creation to wait for the first's hold",
+        )
+        assert second.is_alive(), errors
+        go_on.set()
+        first.join(timeout=30)
+        second.join(timeout=30)
+    [refused] = errors
+    assert isinstance(refused, JobInvalid)
+    [message] = refused.fields["array"]
+    assert "You have 5 jobs queued or running" in message and "adds 5" in message
+    [job] = Job.objects.filter(owner=alice)
+    assert LedgerEntry.objects.filter(kind="hold").count() == 1
+    assert held(project) == job.requested_gpu_seconds

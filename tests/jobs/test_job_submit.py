@@ -123,6 +123,29 @@ def test_the_worker_refuses_a_job_whose_owner_maps_to_a_system_or_unknown_login(
     assert job.comment not in comments_in_slurm()
 
 
+@pytest.mark.parametrize("field", ["working_directory", "output_path"])
+def test_the_worker_refuses_a_job_whose_path_leads_out_of_the_owners_folders_by_now(
+    project, alice, workdir, tmp_path, field
+):
+    # Checked when it was saved, then swapped for a symbolic link out of alice's folders
+    # (and the web tier, as its own user, could not have looked inside her home anyway).
+    folder = workdir / "data"
+    folder.mkdir()
+    path = str(folder) if field == "working_directory" else f"{folder}/out-%j.txt"
+    job = job_create(user=alice, request=request_for(project, workdir, **{field: path}))
+    assert project_balance(project).held_gpu_seconds > 0
+    folder.rmdir()
+    folder.symlink_to(tmp_path)
+    job_submit(job_id=job.pk)
+    job.refresh_from_db()
+    assert job.state == JobState.SUBMIT_FAILED
+    assert f"'{path}' is outside your allowed folders" in job.submit_error
+    assert "symbolic link" in job.submit_error
+    assert job.slurm_job_id is None
+    assert project_balance(project).held_gpu_seconds == 0
+    assert job.comment not in comments_in_slurm()
+
+
 def comments_in_slurm() -> str:
     """Every job's comment that Slurm knows of today, whoever's (running or ended)."""
     return subprocess.run(

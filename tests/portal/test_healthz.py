@@ -4,11 +4,13 @@ last probe found it, named to those who may see the detail, never failing the wh
 import datetime as dt
 
 import pytest
-from django.test import override_settings
+from django.db import connection
+from django.test import Client, override_settings
 from django.utils import timezone
 
 from clusters.models import ClusterProbe
 from clusters.services import cluster_probe, cluster_register
+from tests.factories import in_thread
 from tests.faults.support import stack
 
 HEALTH_TOKEN = "monitoring-token-for-tests"
@@ -63,6 +65,32 @@ def test_an_unreachable_broker_makes_it_unavailable(staff_client, probed):
     assert body["broker"]["ok"] is False
     assert "127.0.0.1:1" in body["broker"]["error"] or "refused" in body["broker"]["error"]
     assert body["database"]["ok"] is True
+
+
+@pytest.mark.slurm
+@override_settings(HEALTH_TOKEN=HEALTH_TOKEN)
+def test_an_unreachable_database_makes_it_unavailable(probed):
+    answers: dict = {}
+
+    def ask_with_the_database_down() -> None:
+        # This thread's own connection, pointed at a port nothing listens on: the database
+        # is down for these requests alone, and nothing else on the machine is disturbed.
+        connection.settings_dict = {**connection.settings_dict, "HOST": "127.0.0.1", "PORT": "1"}
+        answers["anonymous"] = Client().get("/healthz")
+        answers["detail"] = Client().get("/healthz", HTTP_AUTHORIZATION=f"Bearer {HEALTH_TOKEN}")
+
+    errors: list = []
+    in_thread(ask_with_the_database_down, errors).join(timeout=60)
+    assert errors == []
+    assert answers["anonymous"].status_code == 503
+    assert answers["anonymous"].json() == {"status": "unavailable"}
+    detail = answers["detail"]
+    assert detail.status_code == 503
+    body = detail.json()
+    assert body["database"]["ok"] is False
+    assert "127.0.0.1" in body["database"]["error"] or "refused" in body["database"]["error"]
+    assert body["broker"]["ok"] is True
+    assert body["clusters"] == {}  # read from the database, which did not answer
 
 
 @pytest.mark.slurm

@@ -8,6 +8,7 @@ as that user against the test database and the session's worker: the composer's
 estimate, the job page's output tail and /healthz work, while that user itself cannot
 read alice's files, act as her, or read the keys."""
 
+import grp
 import os
 import pwd
 import socket
@@ -20,9 +21,14 @@ from django.conf import settings
 from django.db import connection
 from django.test import Client
 
+from accounts.models import LedgerEntry
+from accounts.selectors import project_balance
 from accounts.tokens import token_create
+from jobs.models import Job
+from jobs.states import JobState
 from tests.api.conftest import make_job
 from tests.conftest import REPO
+from tests.factories import wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
 
@@ -77,6 +83,29 @@ def as_web_user(*command: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["runuser", "-u", WEB_USER, "--", *command], capture_output=True, text=True, check=False
     )
+
+
+def entry_gid(user: str) -> int:
+    return pwd.getpwnam(user).pw_gid
+
+
+def jwt_keys() -> list[Path]:
+    """Each dev cluster's JWT key: portal-dev's, and portal-next's inside its root
+    (dev/cluster-next) unless the stack runs without it."""
+    keys = [STACK_DIR / "jwt_hs256.key"]
+    if os.environ.get("PORTAL_CLUSTER_NEXT") != "off":
+        keys.append(STACK_DIR / "next" / "root" / "var" / "lib" / "portal-next" / "jwt_hs256.key")
+    return keys
+
+
+def sudoers_naming(user: str) -> list[str]:
+    """The sudoers files that mention ``user`` (none where sudo is not installed, as on
+    the dev stack: then ``sudo -n`` fails for lack of sudo, and this says it would still
+    grant nothing once installed)."""
+    files = [Path("/etc/sudoers")]
+    if Path("/etc/sudoers.d").is_dir():
+        files += sorted(Path("/etc/sudoers.d").iterdir())
+    return [str(f) for f in files if f.is_file() and user in f.read_text(errors="replace")]
 
 
 def signed_in(base: str, user) -> httpx.Client:
@@ -141,7 +170,57 @@ def test_the_web_server_runs_as_its_own_user_and_holds_no_run_as_rights(
     assert as_web_user("ls", entry.pw_dir).returncode != 0
     assert as_web_user("runuser", "-u", "alice", "--", "true").returncode != 0
     assert as_web_user("sudo", "-n", "-u", "alice", "true").returncode != 0
-    for secret in (STACK_DIR / "jwt_hs256.key", Path("/etc/munge/munge.key"), SECRETS / "postgres"):
+    assert as_web_user("sudo", "-n", "true").returncode != 0
+    assert sudoers_naming(WEB_USER) == []
+    # In none of the groups that could read a key, a researcher's files or act as root.
+    groups = {grp.getgrgid(gid).gr_name for gid in os.getgrouplist(WEB_USER, entry_gid(WEB_USER))}
+    assert not groups & {"root", "sudo", "wheel", "admin", "adm", "shadow", "slurm", "munge"}
+    assert not groups & {"alice", "bob", "charlie"}
+    for secret in (*jwt_keys(), Path("/etc/munge/munge.key"), SECRETS / "postgres"):
+        assert secret.is_file(), f"{secret} is not there to be refused"
         assert as_web_user("cat", str(secret)).returncode != 0, f"{secret} is readable"
     # What it needs, it reads: its database and Redis passwords.
     assert as_web_user("cat", str(SECRETS / "portal-db")).returncode == 0
+
+
+def test_a_symbolic_link_the_web_tier_cannot_see_is_refused_by_the_worker_at_no_charge(
+    web, make_project, alice, dev_cluster, workdir, tmp_path
+):
+    """The web tier, as its own user, cannot look inside alice's 0700 home, so its path
+    check cannot see that a folder there is a symbolic link out of her folders: the
+    worker checks again right before sbatch and refuses the job, its hold released."""
+    base, _ = web
+    project = make_project(members={alice: "pi"}, gpu_hours=10)
+    _, token = token_create(user=alice, name="web-tier")
+    api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    escape = workdir / "escape"
+    escape.symlink_to(tmp_path)
+    assert as_web_user("ls", str(workdir)).returncode != 0  # what the web tier cannot see
+
+    created = api.post(
+        "/api/v1/jobs/",
+        json={
+            "project": project.slug,
+            "partition": "debug",
+            "gpus_per_node": 1,
+            "time_limit_minutes": 5,
+            "working_directory": str(escape),
+            "script": "echo hello\n",
+        },
+    )
+    assert created.status_code == 201, created.text
+    job = Job.objects.get(pk=created.json()["id"])
+
+    def ended() -> bool:
+        job.refresh_from_db()
+        return job.state == JobState.SUBMIT_FAILED
+
+    wait_for(ended, what=f"the worker to refuse job {job.pk}")
+    assert f"'{escape}' is outside your allowed folders" in job.submit_error
+    assert "symbolic link" in job.submit_error
+    assert job.slurm_job_id is None
+    assert api.get(f"/api/v1/jobs/{job.pk}/").json()["state"] == "submit_failed"
+    balance = project_balance(project)
+    assert balance.held_gpu_seconds == 0 and balance.used_gpu_seconds == 0
+    charges = LedgerEntry.objects.filter(allocation__project=project, kind=LedgerEntry.Kind.CHARGE)
+    assert not charges.exists()
