@@ -163,6 +163,7 @@ def build_world() -> World:
         "crawl-zero": {PI: "pi"},  # granted, nothing used
         "crawl-expired": {PI: "pi"},
         "crawl-revoked": {PI: "pi"},
+        "crawl-tiny": {RESEARCHER: "member"},  # one tiny charge: the issue's first 500
     }
     projects = {
         slug: _project(slug, {users[p]: role for p, role in roles.items()})
@@ -174,9 +175,14 @@ def build_world() -> World:
         "zero": _grant(projects["crawl-zero"], cluster, gpu_hours=5),
         "expired": _grant(projects["crawl-expired"], cluster, starts=-60, ends=-30),
         "revoked": _grant(projects["crawl-revoked"], cluster),
+        "tiny": _grant(projects["crawl-tiny"], cluster, gpu_hours=1000),
     }
     manager = users[MANAGER]
-    # Tiny: one job charged 0.001 GPU-h (the charge that once broke the dashboard).
+    # Tiny: 1,000 GPU-h with one job's 0.001 GPU-h charged and nothing else, as a new
+    # user's first job left it. At that rate the run-out day lies past the year 9999:
+    # the dashboard's burn-down answered 500 (issue 17).
+    ledger_charge(allocation=allocations["tiny"], reference="crawl:tiny", gpu_seconds=4)
+    # A tiny charge today beside larger ones on earlier days.
     ledger_charge(allocation=allocations["main"], reference="crawl:1", gpu_seconds=4)
     allocation_adjust(
         allocation=allocations["main"], gpu_seconds=-10 * HOUR, actor=manager, reason="crawl"
@@ -393,12 +399,20 @@ def client_for(persona: str, w: World) -> Client:
 def test_the_dataset_has_its_edge_cases(world):
     """The crawl is only as good as its data: what the module's docstring promises."""
     from accounts.selectors import allocation_balance, allocation_daily_usage
+    from portal.charts import RATE_WINDOW_DAYS
 
     over = allocation_balance(world.allocations["over"])
     assert over.available_gpu_seconds < 0 and over.used_gpu_seconds > over.granted_gpu_seconds
     assert len(allocation_daily_usage(world.allocations["main"])) >= 3  # history to walk back
     assert 0 < allocation_daily_usage(world.allocations["main"])[TODAY] < HOUR
     assert allocation_balance(world.allocations["zero"]).available_gpu_seconds == 5 * HOUR
+    # On the researcher's dashboard, a rate so small that the naive run-out date
+    # (today plus what is left over the rate) lies past the last day a date can hold.
+    tiny = world.allocations["tiny"]
+    assert tiny.state == "active" and world.members["crawl-tiny"][RESEARCHER]
+    assert allocation_daily_usage(tiny) == {TODAY: 4}
+    days_left = allocation_balance(tiny).available_gpu_seconds / (4 / RATE_WINDOW_DAYS)
+    assert days_left > (dt.date.max - TODAY).days
     states = {label: a.state for label, a in world.allocations.items()}
     assert states["expired"] == "expired" and states["revoked"] == "revoked"
     assert not world.projects["crawl-none"].allocations.exists()
@@ -583,7 +597,7 @@ PAGES: dict[str, Page] = {
             for label, a in w.allocations.items()
         ]
     ),
-    # Runs the reconciler's plan against the cluster (offline here): see the issue note.
+    # Shows the last reconcile run's stored report: no Slurm call (``slurm_calls``).
     "admin:accounts_allocation_drift": Page(
         one(
             "admin:accounts_allocation_drift",
@@ -815,10 +829,9 @@ def answered_as_expected(response, expected: Expected) -> bool:
     return status == expected
 
 
-# Pages that ask Slurm during the request, against DESIGN ("the web tier makes no slow
-# Slurm call"); each is a known debt with its issue. No other page may.
-# Pages allowed to ask Slurm during the request: none (the drift page shows the last
-# reconcile run's stored report; estimates and output come from the workers).
+# Pages allowed to ask Slurm during the request: none, as DESIGN says ("the web tier
+# makes no slow Slurm call"). The drift page shows the last reconcile run's stored
+# report; estimates and output come from the workers.
 ASKS_SLURM: set[str] = set()
 
 
