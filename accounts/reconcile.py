@@ -143,7 +143,9 @@ def gpu_minutes_limit_for(
     rounding up for the same reason.
     """
     covered = max(covered_gpu_seconds, 0)
-    return raw_used_minutes + math.ceil(covered / 60 / float(billing_weight))
+    # In decimals, as the CPU limit: a float's rounding gave a minute too many, or at
+    # large balances too few (found by tests/accounts/test_limit_properties.py).
+    return raw_used_minutes + math.ceil(Decimal(covered) / 60 / billing_weight)
 
 
 def cpu_minutes_limit_for(

@@ -105,7 +105,7 @@ DATABASE_PASSWORD = _secret("PORTAL_DATABASE_PASSWORD", dev_file="portal-db")
 REDIS_PASSWORD = _secret("PORTAL_REDIS_PASSWORD", dev_file="redis")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "portal.console.ConsoleAdminConfig",  # django.contrib.admin, refusing bad queries
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -312,6 +312,7 @@ def parse_tres_usage_minutes(grp_tres_raw: str, tres: str) -> int:
     return 0
 
 
+@reads_slurm_output
 def parse_job_count(text: str) -> int | None:
     """A job-count column of sacctmgr (``MaxSubmitJobs``, ``GrpSubmitJobs``, ``GrpJobs``):
     ``1000``, or empty when there is no limit."""

@@ -39,7 +39,10 @@ def when(value: dt.datetime | None) -> SafeString | str:
     """ "3 minutes ago", with the exact local time on hover and for machines."""
     if value is None:
         return "—"
-    local = timezone.localtime(value)
+    try:
+        local = timezone.localtime(value)
+    except OverflowError:  # within hours of year 1 or 9999, where no local date is
+        local = value
     return format_html(
         '<time datetime="{}" title="{}">{}</time>',
         value.isoformat(),

@@ -161,4 +161,4 @@ def test_researchers_and_staff_without_the_permission_cannot_see_or_adopt(client
 def test_no_query_string_makes_the_pages_fail(client, manny, listing, url):
     client.force_login(manny)
     status = client.get(url.format(cluster=listing.cluster.pk)).status_code
-    assert status in (200, 302, 404)
+    assert status in (200, 302, 400, 404)  # a NUL: the console answers 400

@@ -6,9 +6,13 @@ Property-based (Hypothesis): each ``@example`` is an input that once raised
 something else, kept as a regression case.
 """
 
+import ast
 import datetime as dt
 import functools
+import inspect
 import json
+from collections.abc import Callable
+from typing import Any
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -42,23 +46,30 @@ def parses_or_says_invalid(parse, *args):
         return None
 
 
-TEXT_PARSERS = [
-    parsing.parse_time_minutes,
-    parsing.parse_gpu_gres,
-    parsing.parse_sinfo_partitions,
-    parsing.parse_slurm_time,
-    parsing.parse_array_id,
-    parsing.parse_alloc_gpus,
-    parsing.parse_exit_code,
-    parsing.parse_squeue,
-    parsing.parse_sacct,
-    parsing.parse_test_only,
-    parsing.parse_alloc_cpus,
-    functools.partial(parsing.parse_tres_limit, tres="gres/gpu"),
-    functools.partial(parsing.parse_tres_limit, tres="cpu"),
-    functools.partial(parsing.parse_tres_usage_minutes, tres="gres/gpu"),
-    functools.partial(parsing.parse_tres_usage_minutes, tres="cpu"),
-]
+# Every parser of Slurm's text, by name (a name may repeat with what it is asked for, after
+# a space): ``test_every_parser_is_fuzzed`` finds a parser missing from here.
+TEXT_PARSERS: dict[str, Callable[[str], object]] = {
+    "parse_time_minutes": parsing.parse_time_minutes,
+    "parse_gpu_gres": parsing.parse_gpu_gres,
+    "parse_sinfo_partitions": parsing.parse_sinfo_partitions,
+    "parse_slurm_time": parsing.parse_slurm_time,
+    "parse_array_id": parsing.parse_array_id,
+    "parse_alloc_gpus": parsing.parse_alloc_gpus,
+    "parse_exit_code": parsing.parse_exit_code,
+    "parse_squeue": parsing.parse_squeue,
+    "parse_sacct": parsing.parse_sacct,
+    "parse_test_only": parsing.parse_test_only,
+    "parse_alloc_cpus": parsing.parse_alloc_cpus,
+    "parse_tres_limit gres/gpu": functools.partial(parsing.parse_tres_limit, tres="gres/gpu"),
+    "parse_tres_limit cpu": functools.partial(parsing.parse_tres_limit, tres="cpu"),
+    "parse_tres_usage_minutes gres/gpu": functools.partial(
+        parsing.parse_tres_usage_minutes, tres="gres/gpu"
+    ),
+    "parse_tres_usage_minutes cpu": functools.partial(parsing.parse_tres_usage_minutes, tres="cpu"),
+    "parse_job_count": parsing.parse_job_count,
+    "parse_sacctmgr_accounts": parsing.parse_sacctmgr_accounts,
+    "parse_sacctmgr_associations": parsing.parse_sacctmgr_associations,
+}
 
 
 @FAST
@@ -70,8 +81,9 @@ TEXT_PARSERS = [
 @example(text="9" * 5000)  # more digits than int() reads
 @example(text="2026-13-45T99:99:99")  # a time no calendar has
 @example(text="to start at 2026-02-30T00:00:00 using 1 processors on nodes n1")
+@example(text="1000x")  # parse_job_count: a count that is not a number (a ValueError, once)
 def test_every_text_parser_reads_anything_or_says_it_cannot(text):
-    for parse in TEXT_PARSERS:
+    for parse in TEXT_PARSERS.values():
         parses_or_says_invalid(parse, text)
 
 
@@ -94,6 +106,21 @@ def test_squeue_records_of_any_fields(fields):
 @given(fields=st.lists(field_text, min_size=len(SACCT_FIELDS), max_size=len(SACCT_FIELDS) + 2))
 def test_sacct_records_of_any_fields(fields):
     parses_or_says_invalid(parsing.parse_sacct, _record(fields) + "\n")
+
+
+# sacctmgr -n -P: lines of "|"-separated fields, as many as asked for or not.
+sacctmgr_lines = st.lists(st.lists(field_text, max_size=10).map("|".join), max_size=6)
+
+
+@FAST
+@given(lines=sacctmgr_lines)
+@example(lines=["a|b"])  # an account line without its description
+@example(lines=["a||||x|||"])  # a limit that is not a number
+@example(lines=["a||||cpu=x|||"])
+def test_sacctmgr_listings_of_any_fields(lines):
+    text = "\n".join(lines)
+    parses_or_says_invalid(parsing.parse_sacctmgr_accounts, text)
+    parses_or_says_invalid(parsing.parse_sacctmgr_associations, text)
 
 
 # --- what the portal writes reads back --------------------------------------------------
@@ -197,33 +224,44 @@ payloads = st.one_of(
 )
 
 
-REST_PARSERS = [
-    rest_parsing.parse_queue,
-    rest_parsing.parse_queue_exit_codes,
-    rest_parsing.parse_accounting,
-    rest_parsing.error_codes,
-    rest_parsing.errors_message,
-    rest_parsing.gpu_minutes_limit,
-    rest_parsing.cpu_minutes_limit,
-    rest_parsing.job_count_limits,
-    rest_parsing.max_submit_jobs,
-    lambda payload: rest_parsing.allocated_cpus(payload),
-    rest_parsing.submitted_job_id,
-    lambda payload: rest_parsing.error_for(payload, where="test"),
-    lambda payload: rest_parsing.parse_partitions(payload, payload),
-    lambda payload: rest_parsing.newest_versions(payload),
-    lambda payload: rest_parsing.pending_array_tasks(payload),
-    lambda payload: rest_parsing.allocated_gpus(payload),
-    lambda payload: rest_parsing.accounting_exit_code(payload, SlurmJobState.FAILED),
-    rest_parsing.exit_status,
-    lambda payload: rest_parsing.minutes_used(payload, "contract"),
-    rest_parsing.cancel_outcome,
-    rest_parsing.cancel_message,
-    lambda payload: rest_parsing.limits_hold(payload, minutes={"cpu": 1}, jobs={"GrpJobs": 0}),
-    lambda payload: rest_parsing.with_limits(
+# Every parser of slurmrestd's JSON, by name, each given the drawn payload wherever it
+# takes one.
+REST_PARSERS: dict[str, Callable[[Any], object]] = {
+    "parse_queue": rest_parsing.parse_queue,
+    "parse_queue_exit_codes": rest_parsing.parse_queue_exit_codes,
+    "parse_accounting": rest_parsing.parse_accounting,
+    "error_list": rest_parsing.error_list,
+    "error_codes": rest_parsing.error_codes,
+    "errors_message": rest_parsing.errors_message,
+    "gpu_minutes_limit": rest_parsing.gpu_minutes_limit,
+    "cpu_minutes_limit": rest_parsing.cpu_minutes_limit,
+    "tres_minutes_limit": lambda payload: rest_parsing.tres_minutes_limit(payload, payload),
+    "job_count_limits": rest_parsing.job_count_limits,
+    "max_submit_jobs": rest_parsing.max_submit_jobs,
+    "allocated_cpus": rest_parsing.allocated_cpus,
+    "submitted_job_id": rest_parsing.submitted_job_id,
+    "error_for": functools.partial(rest_parsing.error_for, where="test"),
+    "parse_partitions": lambda payload: rest_parsing.parse_partitions(payload, payload),
+    "newest_versions": rest_parsing.newest_versions,
+    "pending_array_tasks": rest_parsing.pending_array_tasks,
+    "allocated_gpus": rest_parsing.allocated_gpus,
+    "accounting_exit_code": lambda payload: rest_parsing.accounting_exit_code(
+        payload, SlurmJobState.FAILED
+    ),
+    "exit_status": rest_parsing.exit_status,
+    "minutes_used": lambda payload: rest_parsing.minutes_used(payload, "contract"),
+    "cancel_outcome": rest_parsing.cancel_outcome,
+    "cancel_message": rest_parsing.cancel_message,
+    "limits_hold": lambda payload: rest_parsing.limits_hold(
+        payload, minutes={"cpu": 1}, jobs={"GrpJobs": 0}
+    ),
+    "with_limits": lambda payload: rest_parsing.with_limits(
         payload, minutes={"gres/gpu": None, "cpu": 3}, jobs={"MaxSubmitJobs": 2}
     ),
-]
+    "parse_account_list": lambda payload: rest_parsing.parse_account_list(
+        payload, payload, cluster="contract"
+    ),
+}
 
 
 @FAST
@@ -239,8 +277,60 @@ REST_PARSERS = [
 @example(payload={"shares": {"shares": [{"name": "contract", "type": ["ASSOCIATION"]}]}})
 def test_every_json_parser_reads_anything_or_says_it_cannot(payload):
     json.dumps(payload)  # what Hypothesis drew is JSON
-    for parse in REST_PARSERS:
+    for parse in REST_PARSERS.values():
         parses_or_says_invalid(parse, payload)
+
+
+# GET /slurmdb/vX/accounts and /associations: lists of objects with the keys the import
+# reads, holding anything.
+ACCOUNT_KEYS = ["name", "description", "organization", "account", "user", "partition",
+                "cluster", "parent_account", "max"]  # fmt: skip
+account_like = st.dictionaries(
+    st.sampled_from(ACCOUNT_KEYS),
+    st.sampled_from(["contract", "root", "a", ""]) | json_values,
+    max_size=7,
+)
+listing = st.one_of(
+    json_values,
+    st.fixed_dictionaries({"accounts": st.lists(account_like | json_values, max_size=3)}),
+    st.fixed_dictionaries({"associations": st.lists(account_like | json_values, max_size=4)}),
+)
+
+
+@FAST
+@given(accounts=listing, associations=listing)
+@example(accounts={"accounts": [{"name": ["a"]}]}, associations={})  # a name not hashable
+@example(accounts={}, associations={"associations": [{"account": "a", "user": "u"}]})
+def test_an_account_listing_of_any_shape_reads_or_says_it_cannot(accounts, associations):
+    read = functools.partial(rest_parsing.parse_account_list, cluster="contract")
+    parses_or_says_invalid(read, accounts, associations)
+
+
+def _marked_parsers(module) -> set[str]:
+    """The module's parsers: its functions marked ``@reads_slurm_output`` or named parse_*."""
+    tree = ast.parse(inspect.getsource(module))
+    return {
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef)
+        and (
+            node.name.startswith("parse_")
+            or any(
+                isinstance(d, ast.Name) and d.id == "reads_slurm_output"
+                for d in node.decorator_list
+            )
+        )
+    }
+
+
+def test_every_parser_is_fuzzed():
+    """A parser added to either module without an entry in TEXT_PARSERS or REST_PARSERS
+    fails here, as a route without a crawl entry fails the crawl."""
+    for module, fuzzed in ((parsing, TEXT_PARSERS), (rest_parsing, REST_PARSERS)):
+        listed = {name.split()[0] for name in fuzzed}
+        marked = _marked_parsers(module)
+        assert marked - listed == set(), f"{module.__name__}: parsers not fuzzed"
+        assert listed - marked == set(), f"{module.__name__}: listed but not parsers"
 
 
 @FAST
