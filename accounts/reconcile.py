@@ -321,24 +321,33 @@ def _plan_blocked_project(run: Run, project: Project) -> list[Action]:
     return plan_new_work(account, current, allowed=False)
 
 
-def _apply(run: Run, project: Project, action: Action) -> None:
+# The limit each "set …" action changes, by the name ``set_account_limits`` takes.
+_MINUTES_LIMITS = {"set limit": "gres/gpu", "set cpu limit": "cpu"}
+
+
+def _apply(run: Run, project: Project, actions: list[Action]) -> None:
+    """Make the project's planned changes in order: its account and users first, then
+    every limit of the account's association in one change."""
     client = run.client
-    if action.kind == "add account":
-        client.ensure_account(
-            action.account, description=project.name, parent=run.cluster.parent_account
-        )
-    elif action.kind == "add user":
-        client.ensure_user_association(user=action.user, account=action.account)
-    elif action.kind == "remove user":
-        client.remove_user_association(user=action.user, account=action.account)
-    elif action.kind == "set limit":
-        client.set_gpu_minutes_limit(action.account, action.minutes)
-    elif action.kind in ("block new work", "unblock new work"):
-        client.set_job_count_limits(action.account, dict(action.job_limits))
-    elif action.kind == "set cpu limit":
-        client.set_cpu_minutes_limit(action.account, action.minutes)
-    elif action.kind == "set max submit jobs":
-        client.set_max_submit_jobs(action.account, action.minutes)
+    minutes: dict[str, int | None] = {}
+    jobs: dict[str, int | None] = {}
+    for action in actions:
+        if action.kind == "add account":
+            client.ensure_account(
+                action.account, description=project.name, parent=run.cluster.parent_account
+            )
+        elif action.kind == "add user":
+            client.ensure_user_association(user=action.user, account=action.account)
+        elif action.kind == "remove user":
+            client.remove_user_association(user=action.user, account=action.account)
+        elif action.kind in _MINUTES_LIMITS:
+            minutes[_MINUTES_LIMITS[action.kind]] = action.minutes
+        elif action.kind == "set max submit jobs":
+            jobs["MaxSubmitJobs"] = action.minutes
+        elif action.kind in ("block new work", "unblock new work"):
+            jobs.update(action.job_limits)
+    if minutes or jobs:
+        client.set_account_limits(project.slurm_account, minutes=minutes, jobs=jobs)
 
 
 def reconcile(*, cluster: Cluster, dry_run: bool = False) -> Report:
@@ -375,8 +384,7 @@ def _carry_out(
             return
         with association_changes(run.client.cluster_name, wait_s=LOCK_WAIT_S):
             report.actions += actions
-            for action in actions:
-                _apply(run, project, action)
+            _apply(run, project, actions)
     except (SlurmError, NotThePortalsAccount, ParentMissing, LockTimeout) as exc:
         report.errors.append(f"{project.slurm_account}: {exc}")
 

@@ -37,9 +37,12 @@ class SlurmOperator:
         )
         if shown.stdout.strip():
             self.run("scancel", f"--account={account}")
+            delete = ("sacctmgr", "--immediate", "delete", "account", account)
             with association_changes(self.cluster_name):
-                self._move_defaults_off(account)
-                self.run("sacctmgr", "--immediate", "delete", "account", account)
+                # Tried first: the defaults are read and moved only when Slurm refuses.
+                if self.run(*delete).returncode != 0:
+                    self._move_defaults_off(account)
+                    self.run(*delete)
 
     def _move_defaults_off(self, account: str) -> None:
         """Slurm refuses to delete an account that is the default of a user who has

@@ -13,6 +13,7 @@ cluster's tools are not the worker's own (``clusters/prefixes.py``).
 import datetime as dt
 import os
 import subprocess
+from collections.abc import Mapping
 
 from clusters.prefixes import command_prefix_argv, run_as_prefix_argv, run_as_prefix_template
 from clusters.slurm.errors import (
@@ -254,19 +255,27 @@ class CliClient:
         return [line for line in result.stdout.splitlines() if line.strip()]
 
     def ensure_account(self, account: str, *, description: str, parent: str = "root") -> bool:
-        cluster = f"cluster={self.cluster_name}"
-        if self._sacctmgr_lines(
-            "show", "association", "where", cluster, f"account={account}", "format=Account"
-        ):
+        # One read for both: whether the account is there, and its parent.
+        present = {
+            line.lower()
+            for line in self._sacctmgr_lines(
+                "show",
+                "association",
+                "where",
+                f"cluster={self.cluster_name}",
+                f"account={account},{parent}",
+                "format=Account",
+            )
+        }  # fmt: skip  (Slurm keeps account names in lower case)
+        if account.lower() in present:
             return False
-        if not self._sacctmgr_lines(
-            "show", "association", "where", cluster, f"account={parent}", "format=Account"
-        ):
+        if parent.lower() not in present:
             # sacctmgr would add the account under root and only warn.
             raise NotFound(f"Slurm has no parent account {parent!r} on {self.cluster_name}")
         self._run(
-            ["sacctmgr", "--immediate", "add", "account", account, cluster, f"parent={parent}",
-             f"description={description}", f"organization={PORTAL_ORGANIZATION}"]
+            ["sacctmgr", "--immediate", "add", "account", account, f"cluster={self.cluster_name}",
+             f"parent={parent}", f"description={description}",
+             f"organization={PORTAL_ORGANIZATION}"]
         )  # fmt: skip
         return True
 
@@ -279,13 +288,24 @@ class CliClient:
         return lines[0].strip()
 
     def ensure_user_association(self, *, user: str, account: str) -> bool:
+        # Added without a read first; only a refusal is looked into (sacctmgr refuses an
+        # association that is there and one with an account that is not, in words that
+        # differ between releases): there already means False, anything else is raised.
         cluster = f"cluster={self.cluster_name}"
-        if self._sacctmgr_lines(
-            "show", "association", "where", cluster, f"account={account}", f"user={user}",
-            "format=User",
-        ):  # fmt: skip
-            return False
-        self._run(["sacctmgr", "--immediate", "add", "user", user, f"account={account}", cluster])
+        try:
+            self._run(
+                ["sacctmgr", "--immediate", "add", "user", user, f"account={account}", cluster]
+            )
+        except SlurmRejected:
+            rows = self._sacctmgr_lines(
+                "show", "association", "where", cluster, f"account={account}",
+                "format=Account,User",
+            )  # fmt: skip
+            if f"{account.lower()}|{user}" in rows:
+                return False
+            if not rows:  # not even the account's own association
+                raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}") from None
+            raise
         return True
 
     def _associations(self, *where: str) -> dict[str, tuple[str, AccountLimits]]:
@@ -331,45 +351,30 @@ class CliClient:
         )  # fmt: skip
         return True
 
-    def set_gpu_minutes_limit(self, account: str, minutes: int | None) -> None:
-        value = "-1" if minutes is None else str(int(minutes))
-        self._set_account_limit(account, f"GrpTRESMins=gres/gpu={value}")
-
-    def set_cpu_minutes_limit(self, account: str, minutes: int | None) -> None:
-        value = "-1" if minutes is None else str(int(minutes))
-        self._set_account_limit(account, f"GrpTRESMins=cpu={value}")
-
-    def set_max_submit_jobs(self, account: str, jobs: int | None) -> None:
-        value = "-1" if jobs is None else str(int(jobs))
-        self._set_account_limit(account, f"MaxSubmitJobs={value}")
-
-    def _set_account_limit(self, account: str, setting: str) -> None:
-        """``sacctmgr modify account … set <setting>``: one limit of the account's own
-        association (a TRES in GrpTRESMins leaves the others as they are)."""
+    def set_account_limits(
+        self,
+        account: str,
+        *,
+        minutes: Mapping[str, int | None] | None = None,
+        jobs: Mapping[str, int | None] | None = None,
+    ) -> None:
+        settings = [f"{name}={_limit_value(value)}" for name, value in (jobs or {}).items()]
+        if minutes:
+            tres = ",".join(f"{name}={_limit_value(value)}" for name, value in minutes.items())
+            settings.insert(0, f"GrpTRESMins={tres}")  # the TRES named; the others stay
+        if not settings:
+            return
         try:
             self._run(
                 ["sacctmgr", "--immediate", "modify", "account", "where", f"name={account}",
-                 f"cluster={self.cluster_name}", "set", setting]
+                 f"cluster={self.cluster_name}", "set", *settings]
             )  # fmt: skip
         except SlurmRejected as exc:
-            # sacctmgr exits 1 with "Nothing modified" both when the limit is already set
-            # and when there is no such account: only the second is an error.
+            # sacctmgr exits 1 with "Nothing modified" both when the limits are already
+            # set and when there is no such account: only the second is an error.
             if "nothing modified" not in exc.message.lower():
                 raise
             self.account_limits(account)  # NotFound if there is no such account
-
-    def set_job_count_limits(self, account: str, limits: dict[str, int | None]) -> None:
-        current = self.account_limits(account).job_counts
-        changes = [
-            f"{name}={-1 if value is None else int(value)}"
-            for name, value in limits.items()
-            if name in current and current[name] != value
-        ]
-        if changes:
-            self._run(
-                ["sacctmgr", "--immediate", "modify", "account", "where", f"name={account}",
-                 f"cluster={self.cluster_name}", "set", *changes]
-            )  # fmt: skip
 
     def minutes_used(self, account: str) -> MinutesUsed:
         result = self._run(
@@ -384,3 +389,8 @@ class CliClient:
                     cpu=parse_tres_usage_minutes(fields[2], "cpu"),
                 )
         raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
+
+
+def _limit_value(value: int | None) -> str:
+    """A limit as sacctmgr takes it: -1 removes it."""
+    return "-1" if value is None else str(int(value))

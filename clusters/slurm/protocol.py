@@ -8,6 +8,7 @@ does not exist.
 """
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Protocol
 
 from clusters.slurm.types import (
@@ -90,18 +91,17 @@ class SlurmClient(Protocol):
         becomes their default first (Slurm refuses otherwise).
         """
 
-    def set_gpu_minutes_limit(self, account: str, minutes: int | None) -> None:
-        """Set the account's ``GrpTRESMins=gres/gpu=N``; None removes the limit."""
-
-    def set_job_count_limits(self, account: str, limits: dict[str, int | None]) -> None:
-        """Set the named ones of ``AccountLimits.job_counts`` on the account's association;
-        None clears."""
-
-    def set_cpu_minutes_limit(self, account: str, minutes: int | None) -> None:
-        """Set the account's ``GrpTRESMins=cpu=N`` (its GPU minutes stay); None removes it."""
-
-    def set_max_submit_jobs(self, account: str, jobs: int | None) -> None:
-        """Set the account's ``MaxSubmitJobs``; None removes it."""
+    def set_account_limits(
+        self,
+        account: str,
+        *,
+        minutes: Mapping[str, int | None] | None = None,
+        jobs: Mapping[str, int | None] | None = None,
+    ) -> None:
+        """Set limits of the account's own association in one change, the others kept:
+        ``minutes`` by TRES name (``gres/gpu``, ``cpu``: its ``GrpTRESMins``), ``jobs``
+        by the names of ``AccountLimits`` (``MaxSubmitJobs`` and the ``job_counts``,
+        ``GrpSubmitJobs`` and ``GrpJobs``). None removes a limit."""
 
     def list_accounts(self) -> list[SlurmAccount]:
         """Every account with an association on this cluster but ``root``, by name, with

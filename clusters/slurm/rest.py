@@ -26,15 +26,13 @@ flags).
 import datetime as dt
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Mapping
 
 import httpx
 
 from clusters.slurm.errors import NotFound, SlurmError, SlurmRejected, SlurmUnavailable
 from clusters.slurm.jwt import mint_token
 from clusters.slurm.rest_parsing import (
-    CPU_TRES,
-    GPU_TRES,
     NOTHING_FOUND,
     SUPPORTED_VERSIONS,
     Json,
@@ -632,60 +630,27 @@ class RestClient:
                 f"slurmrestd accepted {shown} for account {account!r} but did not apply it"
             )
 
-    def set_gpu_minutes_limit(self, account: str, minutes: int | None) -> None:
-        self._set_group_minutes(account, GPU_TRES, minutes, read=gpu_minutes_limit)
-
-    def set_cpu_minutes_limit(self, account: str, minutes: int | None) -> None:
-        self._set_group_minutes(account, CPU_TRES, minutes, read=cpu_minutes_limit)
-
-    def set_max_submit_jobs(self, account: str, jobs: int | None) -> None:
-        wanted = None if jobs is None else int(jobs)
-        if self._db_reshaped():
-            shown = f"MaxSubmitJobs={-1 if wanted is None else wanted}"
-            self._change_account_association(account, jobs={"MaxSubmitJobs": wanted}, shown=shown)
-            return
-        self._set_account_limit(
-            account,
-            wanted=wanted,
-            read=max_submit_jobs,
-            shown=f"MaxSubmitJobs={-1 if wanted is None else wanted}",
-        )
-
-    def _set_group_minutes(
-        self, account: str, tres: Json, minutes: int | None, *, read: Callable[[Json], int | None]
-    ) -> None:
-        wanted = None if minutes is None else int(minutes)
-        name = "/".join(part for part in (tres["type"], tres["name"]) if part)
-        shown = f"GrpTRESMins={name}={-1 if wanted is None else wanted}"
-        if self._db_reshaped():
-            self._change_account_association(account, minutes={name: wanted}, shown=shown)
-            return
-        self._set_account_limit(account, wanted=wanted, read=read, shown=shown)
-
-    def _set_account_limit(
+    def set_account_limits(
         self,
         account: str,
         *,
-        wanted: int | None,
-        read: Callable[[Json], int | None],
-        shown: str,
+        minutes: Mapping[str, int | None] | None = None,
+        jobs: Mapping[str, int | None] | None = None,
     ) -> None:
-        if read(self._account_association_of(account)) == wanted:
+        minutes = {name: None if v is None else int(v) for name, v in (minutes or {}).items()}
+        jobs = {name: None if v is None else int(v) for name, v in (jobs or {}).items()}
+        if not (minutes or jobs):
             return
-        raise _cannot_change_account_limits(account, shown)
-
-    def set_job_count_limits(self, account: str, limits: dict[str, int | None]) -> None:
-        current = self.account_limits(account).job_counts
-        wanted = {**current, **{k: v for k, v in limits.items() if k in current}}
-        if wanted == current:
-            return
-        shown = ", ".join(
-            f"{name}={-1 if value is None else value}" for name, value in wanted.items()
+        shown = " ".join(
+            [f"GrpTRESMins={name}={-1 if v is None else v}" for name, v in minutes.items()]
+            + [f"{name}={-1 if v is None else v}" for name, v in jobs.items()]
         )
         if self._db_reshaped():
-            self._change_account_association(account, jobs=wanted, shown=shown)
+            self._change_account_association(account, minutes=minutes, jobs=jobs, shown=shown)
             return
-        raise _cannot_change_account_limits(account, shown)
+        # v0.0.37/38 cannot change an association's limits: fine only when they hold.
+        if not limits_hold(self._account_association_of(account), minutes=minutes, jobs=jobs):
+            raise _cannot_change_account_limits(account, shown)
 
     def minutes_used(self, account: str) -> MinutesUsed:
         self._account_association_of(account)

@@ -379,6 +379,8 @@ def test_accounts_and_associations_are_ensured_once(client, site):
         assert client.ensure_account(account, description="contract test") is False
         assert client.ensure_user_association(user=USER, account=account) is True
         assert client.ensure_user_association(user=USER, account=account) is False
+        with pytest.raises(NotFound):
+            client.ensure_user_association(user=USER, account=f"n{uuid.uuid4().hex[:10]}")
         if limits_supported(client):
             assert client.minutes_used(account).gpu == 0
     finally:
@@ -411,7 +413,7 @@ def test_a_gpu_minutes_limit_makes_an_over_budget_job_pend(client, job, site):
         # slurmrestd 22.05 usually answers "success" and applies nothing (sometimes it
         # does apply): the adapter reads the limit back and refuses when it did not stick.
         try:
-            client.set_gpu_minutes_limit(ACCOUNT, 1)
+            client.set_account_limits(ACCOUNT, minutes={"gres/gpu": 1})
         except SlurmRejected as refused:
             assert "22.05" in refused.message or "22.5" in refused.message
         else:
@@ -421,17 +423,17 @@ def test_a_gpu_minutes_limit_makes_an_over_budget_job_pend(client, job, site):
         with pytest.raises(SlurmRejected):
             client.minutes_used(ACCOUNT)
         return
-    client.set_gpu_minutes_limit(ACCOUNT, 1)
+    client.set_account_limits(ACCOUNT, minutes={"gres/gpu": 1})
     try:
         job_id = client.submit(job(time_limit_minutes=5, script="#!/bin/bash\nsleep 1\n"))
         entry = wait_for("the limit to hold the job", lambda: (e := queued(client, job_id)) and
                          e.reason.startswith("AssocGrp") and e)  # fmt: skip
         assert entry.state == SlurmJobState.PENDING
         assert entry.reason == "AssocGrpGRESMinutes"
-        client.set_gpu_minutes_limit(ACCOUNT, None)
+        client.set_account_limits(ACCOUNT, minutes={"gres/gpu": None})
         assert accounted(client, job_id).state == SlurmJobState.COMPLETED
     finally:
-        client.set_gpu_minutes_limit(ACCOUNT, None)
+        client.set_account_limits(ACCOUNT, minutes={"gres/gpu": None})
 
 
 @pytest.mark.usefixtures("association_lock")
@@ -444,8 +446,8 @@ def test_a_cpu_minutes_limit_and_max_submit_jobs_are_set_read_and_removed(client
         client.ensure_user_association(user=USER, account=account)
         if not limits_supported(client):
             for change in (
-                lambda: client.set_cpu_minutes_limit(account, 7),
-                lambda: client.set_max_submit_jobs(account, 7),
+                lambda: client.set_account_limits(account, minutes={"cpu": 7}),
+                lambda: client.set_account_limits(account, jobs={"MaxSubmitJobs": 7}),
             ):
                 try:
                     change()
@@ -454,22 +456,23 @@ def test_a_cpu_minutes_limit_and_max_submit_jobs_are_set_read_and_removed(client
             with pytest.raises(SlurmRejected):
                 client.minutes_used(account)
             return
-        client.set_gpu_minutes_limit(account, 50)
-        client.set_cpu_minutes_limit(account, 7)
-        client.set_max_submit_jobs(account, 3)
+        # Several limits in one change, as the reconciler sets them.
+        client.set_account_limits(
+            account, minutes={"gres/gpu": 50, "cpu": 7}, jobs={"MaxSubmitJobs": 3}
+        )
         # One TRES changes without the other; a repeat is no error.
         assert (
             client.account_limits(account).gpu_minutes,
             client.account_limits(account).cpu_minutes,
         ) == (50, 7)
-        client.set_cpu_minutes_limit(account, 7)
+        client.set_account_limits(account, minutes={"cpu": 7})
         assert client.account_limits(account).max_submit_jobs == 3
         assert client.minutes_used(account).cpu == 0
         # Slurm counts each array task: four are one too many.
         with pytest.raises(SlurmRejected, match="job submit limit"):
             client.submit(job(account=account, array="0-3"))
-        client.set_cpu_minutes_limit(account, None)
-        client.set_max_submit_jobs(account, None)
+        client.set_account_limits(account, minutes={"cpu": None})
+        client.set_account_limits(account, jobs={"MaxSubmitJobs": None})
         assert (
             client.account_limits(account).cpu_minutes,
             client.account_limits(account).max_submit_jobs,
@@ -531,10 +534,10 @@ def test_the_gpu_minutes_limit_reads_back(client):
             assert client.account_limits(ACCOUNT).gpu_minutes is None
         return
     try:
-        client.set_gpu_minutes_limit(ACCOUNT, 6000)
+        client.set_account_limits(ACCOUNT, minutes={"gres/gpu": 6000})
         assert client.account_limits(ACCOUNT).gpu_minutes == 6000
     finally:
-        client.set_gpu_minutes_limit(ACCOUNT, None)
+        client.set_account_limits(ACCOUNT, minutes={"gres/gpu": None})
     assert client.account_limits(ACCOUNT).gpu_minutes is None
 
 
@@ -551,12 +554,12 @@ def test_job_count_limits_read_back_and_blocking_refuses_sbatch(client, job, sit
     try:
         assert client.account_limits(account).job_counts == {"GrpSubmitJobs": None, "GrpJobs": None}
         if limits_supported(client):
-            client.set_job_count_limits(account, blocked)
+            client.set_account_limits(account, jobs=blocked)
         else:
             # As with GrpTRESMins: slurmrestd 22.05 says success and (usually) applies
             # nothing; the adapter reads back and refuses plainly. sacctmgr blocks instead.
             try:
-                client.set_job_count_limits(account, blocked)
+                client.set_account_limits(account, jobs=blocked)
             except SlurmRejected as refused:
                 assert "22.05" in refused.message
             site.slurm.run(
@@ -567,7 +570,7 @@ def test_job_count_limits_read_back_and_blocking_refuses_sbatch(client, job, sit
         with pytest.raises(SlurmRejected, match=r"AssocGrpSubmitJobsLimit|job submit limit"):
             client.submit(replace(job(), account=account))
         if limits_supported(client):
-            client.set_job_count_limits(account, {"GrpSubmitJobs": None, "GrpJobs": 3})
+            client.set_account_limits(account, jobs={"GrpSubmitJobs": None, "GrpJobs": 3})
             assert client.account_limits(account).job_counts == {
                 "GrpSubmitJobs": None,
                 "GrpJobs": 3,

@@ -988,7 +988,10 @@ def _console_reads(model, view: str, user: User) -> tuple[str, ...]:
 @pytest.mark.parametrize("persona", STAFF)
 def test_hostile_query_strings_on_the_consoles_model_pages(world, persona, slurm_calls):
     """Every model page of the console (list, add, change, delete, history) that
-    ``persona`` may open, with hostile values in each parameter it reads."""
+    ``persona`` may open, with hostile values in each parameter it reads. The manager
+    tries the parameters every page reads; each list's filters and each add page's fields
+    are read by the same code for both personas, so the superuser (who opens every page)
+    tries them alone: they are most of the requests."""
     client = client_for(persona, world)
     failures = []
     for visit in admin_visits(world):
@@ -1000,7 +1003,11 @@ def test_hostile_query_strings_on_the_consoles_model_pages(world, persona, slurm
             for m in admin.site._registry
             if (m._meta.app_label, m._meta.model_name) == (match["app"], match["model"])
         )
-        reads = _console_reads(model, match["view"], world.users[persona])
+        reads = (
+            _console_reads(model, match["view"], world.users[persona])
+            if persona == SUPERUSER
+            else CONSOLE_READS
+        )
         failures += _answers_5xx(client, visit.url, reads)
     assert not failures, "\n".join(failures)
 
