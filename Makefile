@@ -37,7 +37,7 @@ status:
 # share its fixtures and the Slurm accounts it names), then the tests that stop shared
 # daemons alone. mypy runs beside the first part (the suite mostly waits on Slurm); its
 # report comes after, and any failure of the three fails the target.
-TEST_PROCESSES ?= 4
+TEST_PROCESSES ?= 5
 test: $(INSTALLED) stack
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

@@ -177,6 +177,18 @@ def waiting_for_a_lock(query_like: str) -> bool:
         return cursor.fetchone()[0] > 0
 
 
+def blocked_on_a_lock(thread, query_like: str, errors: list, *, what: str) -> None:
+    """Wait until ``thread`` waits for a lock in a query LIKE ``query_like`` (see
+    ``waiting_for_a_lock``); fail if it ended instead (what it raised is in ``errors``)."""
+    wait_for(
+        lambda: waiting_for_a_lock(query_like) or not thread.is_alive(),
+        timeout_s=30,
+        interval_s=0.05,
+        what=what,
+    )
+    assert thread.is_alive(), errors  # it waits for the lock, it did not go on alone
+
+
 def listed_account_row(name: str, **changes) -> dict:
     """An account as a worker stores it in a cluster's ``SlurmAccountListing`` (see
     ``accounts.adoption.listing_row``): by default one a site made by hand, of no project."""

@@ -14,7 +14,7 @@ from accounts.requests import allocation_request_create
 from accounts.services import membership_set, project_create, user_create
 from clusters.services import cluster_register
 from tests.api.conftest import error_of, token_client
-from tests.factories import in_thread, wait_for, waiting_for_a_lock
+from tests.factories import blocked_on_a_lock, in_thread
 
 pytestmark = pytest.mark.usefixtures("transactional_db")
 
@@ -79,13 +79,12 @@ def test_the_manager_who_decides_second_is_told_it_was_decided(
     # The first approval holds the request's lock, not committed: the second finds the
     # request pending, passes the API's check and waits for the lock.
     other = in_thread(lambda: answers.update(second=decide(second_client, pending, second)), errors)
-    wait_for(
-        lambda: waiting_for_a_lock('SELECT "accounts_allocationrequest".%') or not other.is_alive(),
-        timeout_s=30,
-        interval_s=0.05,
+    blocked_on_a_lock(
+        other,
+        'SELECT "accounts_allocationrequest".%',
+        errors,
         what="the second decision to wait for the request's lock",
     )
-    assert other.is_alive(), errors
     granted.set()
     first.join(timeout=30)
     other.join(timeout=30)

@@ -9,7 +9,7 @@ from accounts import ledger
 from accounts.models import LedgerEntry
 from jobs.models import Job
 from tests.api.conftest import new_key, token_client
-from tests.factories import in_thread, wait_for, waiting_for_a_lock
+from tests.factories import blocked_on_a_lock, in_thread
 from tests.jobs.test_forged_tokens import nobody_takes_submissions
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("transactional_db")]
@@ -53,13 +53,12 @@ def test_two_first_requests_with_one_key_make_one_job_and_the_second_is_a_replay
         # The first has saved its job and holds its hours, not committed: the second finds
         # no job under the key, and its INSERT waits on the key's unique index.
         second = in_thread(lambda: post(second_client, "second"), errors)
-        wait_for(
-            lambda: waiting_for_a_lock('INSERT INTO "jobs_job"%') or not second.is_alive(),
-            timeout_s=30,
-            interval_s=0.05,
+        blocked_on_a_lock(
+            second,
+            'INSERT INTO "jobs_job"%',
+            errors,
             what="the second request's INSERT to wait for the first's",
         )
-        assert second.is_alive(), errors
         held.set()
         first.join(timeout=30)
         second.join(timeout=30)

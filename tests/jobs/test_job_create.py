@@ -17,7 +17,7 @@ from jobs.models import Job, JobTemplate
 from jobs.requests import JobRequest
 from jobs.services import estimates_paused_key, job_create, job_estimate
 from jobs.states import JobState
-from tests.factories import in_thread, request_for, wait_for, waiting_for_a_lock
+from tests.factories import blocked_on_a_lock, in_thread, request_for
 from tests.jobs.test_forged_tokens import nobody_takes_submissions
 
 pytestmark = pytest.mark.slurm
@@ -260,13 +260,12 @@ def test_two_creations_at_once_cannot_both_pass_max_submit_jobs(
         first = in_thread(lambda: job_create(user=alice, request=request), errors)
         assert holding.wait(timeout=30)
         second = in_thread(lambda: job_create(user=alice, request=request), errors)
-        wait_for(
-            lambda: waiting_for_a_lock('UPDATE "accounts_allocation"%') or not second.is_alive(),
-            timeout_s=30,
-            interval_s=0.05,
+        blocked_on_a_lock(
+            second,
+            'UPDATE "accounts_allocation"%',
+            errors,
             what="the second creation to wait for the first's hold",
         )
-        assert second.is_alive(), errors
         go_on.set()
         first.join(timeout=30)
         second.join(timeout=30)

@@ -9,8 +9,7 @@ from jobs.errors import JobInvalid
 from jobs.models import Job
 from jobs.services import job_hold, job_release
 from jobs.states import JobState
-from tests.factories import in_thread, project_with_allocation, recorded_cluster, wait_for
-from tests.factories import waiting_for_a_lock as waiting_for
+from tests.factories import blocked_on_a_lock, in_thread, project_with_allocation, recorded_cluster
 from tests.jobs.test_accounting_ingest import portal_job
 
 
@@ -79,13 +78,9 @@ def test_an_action_waits_for_a_job_being_finished_and_then_refuses(
     accounting = in_thread(accounting_finishes_the_job, errors)
     assert finishing.wait(timeout=30)
     user_action = in_thread(lambda: action(user=alice, job=pending), errors)
-    wait_for(
-        lambda: waiting_for('SELECT "jobs_job".%') or not user_action.is_alive(),
-        timeout_s=30,
-        interval_s=0.05,
-        what="the action to wait for the job's row",
+    blocked_on_a_lock(
+        user_action, 'SELECT "jobs_job".%', errors, what="the action to wait for the job's row"
     )
-    assert user_action.is_alive(), errors  # it waits for the lock, it did not decide alone
     finished.set()
     accounting.join(timeout=30)
     user_action.join(timeout=30)

@@ -18,11 +18,10 @@ from jobs.models import Job
 from jobs.states import JobState
 from jobs.sync import accounting_ingest, queue_apply
 from tests.factories import (
+    blocked_on_a_lock,
     in_thread,
     project_with_allocation,
     recorded_cluster,
-    wait_for,
-    waiting_for_a_lock,
 )
 from tests.jobs.test_accounting_ingest import NOW, entry, portal_job
 
@@ -113,13 +112,9 @@ def test_a_queue_update_that_waited_for_accountings_lock_leaves_the_job_finished
     queue = in_thread(
         lambda: results.append(queue_apply(cluster=cluster, entries=[running(801)])), errors
     )
-    wait_for(
-        lambda: waiting_for_a_lock("%UPDATE%unnest%") or not queue.is_alive(),
-        timeout_s=30,
-        interval_s=0.05,
-        what="the queue sync's UPDATE to wait for the job's row",
+    blocked_on_a_lock(
+        queue, "%UPDATE%unnest%", errors, what="the queue sync's UPDATE to wait for the job's row"
     )
-    assert queue.is_alive(), errors
     go.set()
     accounting.join(timeout=30)
     queue.join(timeout=30)
