@@ -116,6 +116,24 @@ def signed_in(base: str, user) -> httpx.Client:
     return httpx.Client(base_url=base, cookies={settings.SESSION_COOKIE_NAME: cookie})
 
 
+def api_of(base: str, user) -> httpx.Client:
+    """An API client with a token of ``user``'s, against the web server at ``base``."""
+    _, token = token_create(user=user, name="web-tier")
+    return httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+
+def one_gpu_job(project, working_directory) -> dict:
+    """The body of a small job request: one GPU of the debug partition for 5 minutes."""
+    return {
+        "project": project.slug,
+        "partition": "debug",
+        "gpus_per_node": 1,
+        "time_limit_minutes": 5,
+        "working_directory": str(working_directory),
+        "script": "echo hello\n",
+    }
+
+
 def test_the_web_server_runs_as_its_own_user_and_holds_no_run_as_rights(
     web, make_project, alice, dev_cluster, workdir
 ):
@@ -125,21 +143,10 @@ def test_the_web_server_runs_as_its_own_user_and_holds_no_run_as_rights(
     assert {uid_of(pid) for pid in web_pids(env)} == {web_uid}
 
     project = make_project(members={alice: "pi"}, gpu_hours=10)
-    _, token = token_create(user=alice, name="web-tier")
-    api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    api = api_of(base, alice)
 
     # The composer's estimate: the cost from the database, the start from a worker.
-    estimate = api.post(
-        "/api/v1/jobs/estimate/",
-        json={
-            "project": project.slug,
-            "partition": "debug",
-            "gpus_per_node": 1,
-            "time_limit_minutes": 5,
-            "working_directory": str(workdir),
-            "script": "echo hello\n",
-        },
-    )
+    estimate = api.post("/api/v1/jobs/estimate/", json=one_gpu_job(project, workdir))
     assert estimate.status_code == 200, estimate.text
     assert estimate.json()["fits"] is True
     assert estimate.json()["expected_start"] is not None
@@ -191,23 +198,12 @@ def test_a_symbolic_link_the_web_tier_cannot_see_is_refused_by_the_worker_at_no_
     worker checks again right before sbatch and refuses the job, its hold released."""
     base, _ = web
     project = make_project(members={alice: "pi"}, gpu_hours=10)
-    _, token = token_create(user=alice, name="web-tier")
-    api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    api = api_of(base, alice)
     escape = workdir / "escape"
     escape.symlink_to(tmp_path)
     assert as_web_user("ls", str(workdir)).returncode != 0  # what the web tier cannot see
 
-    created = api.post(
-        "/api/v1/jobs/",
-        json={
-            "project": project.slug,
-            "partition": "debug",
-            "gpus_per_node": 1,
-            "time_limit_minutes": 5,
-            "working_directory": str(escape),
-            "script": "echo hello\n",
-        },
-    )
+    created = api.post("/api/v1/jobs/", json=one_gpu_job(project, escape))
     assert created.status_code == 201, created.text
     job = Job.objects.get(pk=created.json()["id"])
 
