@@ -10,6 +10,7 @@ from functools import wraps
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.views import LoginView
@@ -17,6 +18,7 @@ from django.http import HttpRequest, HttpResponseBase
 from django.utils import formats, timezone
 from django.utils.translation import ngettext
 
+from accounts.identity import SignInRefused
 from accounts.login_throttle import (
     Lockout,
     client_address,
@@ -58,6 +60,9 @@ class LoginForm(AuthenticationForm):
         except forms.ValidationError:
             login_failed(username=username, address=address)
             raise
+        except SignInRefused as refusal:
+            # The password was right; the directory or a worker says no (identity.py).
+            raise forms.ValidationError(refusal.message, code="refused") from None
         login_succeeded(username=username, address=address)
         return cleaned
 
@@ -82,6 +87,15 @@ def with_throttle_status(view: Callable[..., HttpResponseBase]) -> Callable[...,
     return wrapped
 
 
-login_view = with_throttle_status(
-    LoginView.as_view(authentication_form=LoginForm, redirect_authenticated_user=True)
-)
+class PortalLoginView(LoginView):
+    """The password form, and a "Log in with …" button when a provider is configured."""
+
+    authentication_form = LoginForm
+    redirect_authenticated_user = True
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        provider = settings.OIDC_NAME if settings.OIDC_ISSUER else None
+        return {**super().get_context_data(**kwargs), "sign_in_provider": provider}
+
+
+login_view = with_throttle_status(PortalLoginView.as_view())

@@ -45,6 +45,40 @@ class User(AbstractUser):
         validators=[posix_username_validator, validate_posix_username],
         help_text=_("The Unix login this user's jobs run as (never root or a system account)."),
     )
+    # Set when the directory sync found the user disabled or gone, and the user was
+    # switched off for it; cleared when the directory has them again. A user an
+    # administrator switched off (this empty) stays off whatever the directory says.
+    directory_disabled_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+
+class ExternalIdentity(models.Model):
+    """Who a user is at the site's directory or identity provider: the key a sign-in is
+    matched by (never the e-mail address nor the name typed at log-in)."""
+
+    class Source(models.TextChoices):
+        LDAP = "ldap", _("Directory (LDAP)")
+        OIDC = "oidc", _("OpenID Connect")
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="identities")
+    source = models.CharField(max_length=4, choices=Source.choices)
+    # The directory's URL or the provider's issuer, and the entry's uid or the provider's
+    # ``sub``: together unique, whatever else changes.
+    issuer = models.CharField(max_length=200)
+    subject = models.CharField(max_length=255)
+    login = models.CharField(
+        max_length=255, help_text=_("The name the user last signed in with there.")
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_sign_in_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name_plural = _("external identities")
+        constraints = [
+            models.UniqueConstraint(fields=["issuer", "subject"], name="identity_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.login} at {self.issuer}"
 
 
 class Project(models.Model):
@@ -81,7 +115,15 @@ class Membership(models.Model):
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
     user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="memberships")
+
+    class Source(models.TextChoices):
+        MANUAL = "manual", _("Made by hand")
+        DIRECTORY = "directory", _("From a directory group")
+
     role = models.CharField(max_length=8, choices=Role.choices, default=Role.MEMBER)
+    # The group sync adds, changes and removes only the memberships it made; one made by
+    # hand (console, API) is never touched by it.
+    source = models.CharField(max_length=9, choices=Source.choices, default=Source.MANUAL)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -80,22 +80,40 @@ def project_update(
 
 
 def membership_set(
-    *, project: Project, user: User, role: str, actor: User | None = None
+    *,
+    project: Project,
+    user: User,
+    role: str,
+    actor: User | None = None,
+    source: str = Membership.Source.MANUAL,
 ) -> Membership:
-    """Add ``user`` to ``project`` with ``role``, or change the role they have."""
+    """Add ``user`` to ``project`` with ``role``, or change the role they have.
+
+    ``source`` says who keeps it: by hand (the default; a membership the group sync made
+    becomes one made by hand when someone sets it) or the group sync
+    (``accounts.directory_groups``), which never calls this for a membership made by hand.
+    """
     with transaction.atomic():
         membership, created = Membership.objects.select_for_update().get_or_create(
-            project=project, user=user, defaults={"role": role}
+            project=project, user=user, defaults={"role": role, "source": source}
         )
         was = membership.role
-        if membership.role != role:
+        if membership.role != role or membership.source != source:
             membership.role = role
-            membership.save(update_fields=["role"])
+            membership.source = source
+            membership.save(update_fields=["role", "source"])
         if created:
-            _audit_membership(actor, AuditEvent.Action.MEMBERSHIP_ADD, membership, role=role)
+            _audit_membership(
+                actor, AuditEvent.Action.MEMBERSHIP_ADD, membership, role=role, source=source
+            )
         elif was != role:
             _audit_membership(
-                actor, AuditEvent.Action.MEMBERSHIP_CHANGE, membership, role=role, was=was
+                actor,
+                AuditEvent.Action.MEMBERSHIP_CHANGE,
+                membership,
+                role=role,
+                was=was,
+                source=source,
             )
     if created:
         logger.info("project %s: %s added as %s by %s", project.slug, user, role, _by(actor))

@@ -3,10 +3,14 @@ import logging
 from celery import shared_task
 
 from accounts.adoption import account_listing_refresh
+from accounts.directory import DirectoryUnavailable
+from accounts.directory_sync import directory_sync
 from accounts.ledger import allocations_expire_due
 from accounts.notifications import notifications_send
+from accounts.posix import posix_login_survey
 from accounts.reconcile import reconcile
 from clusters.selectors import clusters_enabled
+from clusters.workers import reply
 
 logger = logging.getLogger(__name__)
 
@@ -47,3 +51,21 @@ def notifications_send_task() -> None:
     sent = notifications_send()
     if sent:
         logger.info("sent %d notification mail(s)", sent)
+
+
+@shared_task
+def posix_login_survey_task(*, posix_username: str, reply_to: str) -> None:
+    """A sign-in's question: does this login exist, and is it a person's, where each
+    cluster's jobs are submitted (asked here, in a worker, which sees those places)."""
+    reply(reply_to, posix_login_survey(posix_username))
+
+
+@shared_task
+def directory_sync_task() -> None:
+    try:
+        report = directory_sync()
+    except DirectoryUnavailable as error:
+        logger.warning("directory sync skipped: %s", error)
+        return
+    for line in report.switched_off + report.switched_on + report.memberships:
+        logger.info("directory sync: %s", line)

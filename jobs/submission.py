@@ -345,9 +345,10 @@ def job_submit(*, job_id: int) -> Job | None:
             return _record_refused(
                 job, "Cancelled before it reached Slurm.", state=JobState.CANCELLED
             )
-        # Checked here, on the host that submits, with its user database: whatever the
-        # web tier or the database say, a job never runs as root or a system account.
-        if login_refused := posix_login_refusal(posix_user):
+        # Checked here, on the host that submits (and where the cluster's tools run),
+        # with its user database: whatever the web tier or the database say, a job never
+        # runs as root or a system account.
+        if login_refused := posix_login_refusal(posix_user, job.cluster):
             raise SlurmRejected(login_refused)
         # And where it works and writes, seen from here: the web tier could not look
         # inside the owner's home, and a symlink may have been put in since.

@@ -269,6 +269,107 @@ LOGIN_MAX_FAILURES = env_int("PORTAL_LOGIN_MAX_FAILURES", 5, minimum=1)
 LOGIN_MAX_FAILURES_PER_ADDRESS = env_int("PORTAL_LOGIN_MAX_FAILURES_PER_ADDRESS", 20, minimum=1)
 LOGIN_WINDOW_S = env_int("PORTAL_LOGIN_WINDOW_S", 900, minimum=10)
 
+
+# Sign-in with the site's identity (README "Signing in"). Each source is off until its
+# URL is set (`off` switches a dev default off); the log-in page offers what is on.
+# Whatever the source, the Unix login a user's jobs run as comes from the directory
+# (an LDAP attribute) or the provider (a claim), checked by the workers where jobs are
+# submitted: never typed by the user (accounts/identity.py).
+def _off_or(name: str, dev_default: str) -> str:
+    value = env_str(name, "" if IS_PRODUCTION else dev_default).strip()
+    return "" if value.lower() == "off" else value
+
+
+LDAP_URL = _off_or("PORTAL_LDAP_URL", "ldap://127.0.0.1:3389")
+if LDAP_URL and not re.match(r"ldaps?://[^/]+/?$", LDAP_URL):
+    raise ImproperlyConfigured(
+        f"PORTAL_LDAP_URL={LDAP_URL!r} is not a directory's address; write "
+        "ldap://host[:port] or ldaps://host[:port], or off."
+    )
+LDAP_BIND_DN = env_str("PORTAL_LDAP_BIND_DN", "cn=portal,ou=services,dc=portal,dc=test")
+LDAP_BIND_PASSWORD = _secret("PORTAL_LDAP_BIND_PASSWORD", dev_file="ldap-portal")
+LDAP_USER_BASE = env_str("PORTAL_LDAP_USER_BASE", "ou=people,dc=portal,dc=test")
+LDAP_USER_FILTER = env_str("PORTAL_LDAP_USER_FILTER", "(objectClass=posixAccount)")
+# What a person types at log-in, and where their Unix login is (often both uid).
+LDAP_LOGIN_ATTRIBUTE = env_str("PORTAL_LDAP_LOGIN_ATTRIBUTE", "uid")
+LDAP_POSIX_ATTRIBUTE = env_str("PORTAL_LDAP_POSIX_ATTRIBUTE", "uid")
+LDAP_GROUP_BASE = env_str("PORTAL_LDAP_GROUP_BASE", "ou=groups,dc=portal,dc=test")
+# A person's groups: {uid} is their Unix login, {dn} their entry (for groupOfNames).
+LDAP_GROUP_FILTER = env_str(
+    "PORTAL_LDAP_GROUP_FILTER", "(&(objectClass=posixGroup)(memberUid={uid}))"
+)
+LDAP_TIMEOUT_S = env_int("PORTAL_LDAP_TIMEOUT_S", 5, minimum=1)
+LDAP_START_TLS = env_bool("PORTAL_LDAP_START_TLS", False)
+
+OIDC_ISSUER = _off_or("PORTAL_OIDC_ISSUER", "http://127.0.0.1:9080").rstrip("/")
+if OIDC_ISSUER and not re.match(r"https?://[^/]", OIDC_ISSUER):
+    raise ImproperlyConfigured(
+        f"PORTAL_OIDC_ISSUER={OIDC_ISSUER!r} is not a URL; write the provider's issuer, "
+        "e.g. https://login.example.org/realms/hpc, or off."
+    )
+if IS_PRODUCTION and OIDC_ISSUER.startswith("http://"):
+    raise ImproperlyConfigured(
+        f"PORTAL_OIDC_ISSUER={OIDC_ISSUER!r} is plain HTTP; a provider is reached over HTTPS."
+    )
+OIDC_NAME = env_str("PORTAL_OIDC_NAME", "single sign-on")
+OIDC_RP_CLIENT_ID = env_str("PORTAL_OIDC_CLIENT_ID", "slurm-gpu-portal")
+OIDC_RP_CLIENT_SECRET = _secret("PORTAL_OIDC_CLIENT_SECRET", dev_file="oidc-client")
+OIDC_RP_SCOPES = env_str(
+    "PORTAL_OIDC_SCOPES", "openid email profile" + ("" if IS_PRODUCTION else " posix groups")
+)
+OIDC_POSIX_CLAIM = env_str("PORTAL_OIDC_POSIX_CLAIM", "uid")
+OIDC_GROUPS_CLAIM = env_str("PORTAL_OIDC_GROUPS_CLAIM", "groups")
+# With a directory too, a provider's user is looked up in it (claim=attribute) and the
+# two must name the same Unix login; empty: looked up by the Unix login claim alone.
+OIDC_DIRECTORY_MATCH = env_str("PORTAL_OIDC_DIRECTORY_MATCH", "email=mail")
+OIDC_RP_SIGN_ALGO = "RS256"
+OIDC_USE_PKCE = True
+OIDC_PKCE_CODE_CHALLENGE_METHOD = "S256"
+OIDC_TIMEOUT = env_int("PORTAL_OIDC_TIMEOUT_S", 5, minimum=1)
+OIDC_AUTHENTICATION_CALLBACK_URL = "oidc_callback"
+LOGIN_REDIRECT_URL_FAILURE = "/login/"
+
+# `superusers`: only a superuser (the break-glass administrator) may log in with a
+# password kept by the portal; everyone else signs in through the directory or provider.
+LOCAL_LOGIN = env_str("PORTAL_LOCAL_LOGIN", "on").strip().lower()
+if LOCAL_LOGIN not in {"on", "superusers"}:
+    raise ImproperlyConfigured(
+        f"PORTAL_LOCAL_LOGIN={LOCAL_LOGIN!r}: write on (everyone with a portal password) "
+        "or superusers (the break-glass administrator only)."
+    )
+AUTHENTICATION_BACKENDS = [
+    *(["accounts.ldap_login.DirectoryBackend"] if LDAP_URL else []),
+    *(["accounts.oidc.ProviderBackend"] if OIDC_ISSUER else []),
+    "accounts.local_login.LocalBackend",
+]
+
+
+def _group_projects(name: str, default: str) -> list[tuple[str, str, str]]:
+    """``group=project:role`` items, comma-separated: (group, project slug, role)."""
+    value = env_str(name, default).strip()
+    if not value or value.lower() == "off":
+        return []
+    mapping = []
+    for item in value.split(","):
+        found = re.fullmatch(r"\s*([^=\s]+)\s*=\s*([-a-z0-9_]+)\s*:\s*(member|co_pi|pi)\s*", item)
+        if not found:
+            raise ImproperlyConfigured(
+                f"{name}: {item.strip()!r} is not group=project:role (role: member, co_pi "
+                "or pi), e.g. vision-members=vision:member,vision-pis=vision:pi."
+            )
+        mapping.append((found[1], found[2], found[3]))
+    return mapping
+
+
+# Directory or provider groups that make their members part of a project, with a role.
+GROUP_PROJECTS = _group_projects(
+    "PORTAL_GROUP_PROJECTS",
+    ""
+    if IS_PRODUCTION
+    else "vision-members=vision:member,vision-pis=vision:pi,genomics-pis=genomics:pi",
+)
+DIRECTORY_SYNC_INTERVAL_S = env_int("PORTAL_DIRECTORY_SYNC_INTERVAL_S", 300, minimum=10)
+
 # REST API (/api/v1/). Scripts send a personal access token; the browser's
 # session works too and keeps its CSRF check. The token scheme comes first so
 # that a request without credentials is told 401 with `WWW-Authenticate: Bearer`.
@@ -411,6 +512,10 @@ CELERY_BEAT_SCHEDULE = {
     "notifications-send": {
         "task": "accounts.tasks.notifications_send_task",
         "schedule": env_int("PORTAL_NOTIFICATIONS_INTERVAL_S", 900, minimum=60),
+    },
+    "directory-sync": {
+        "task": "accounts.tasks.directory_sync_task",
+        "schedule": DIRECTORY_SYNC_INTERVAL_S,
     },
     "submissions-sweep": {
         "task": "jobs.tasks.submissions_sweep_task",

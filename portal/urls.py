@@ -4,6 +4,7 @@ from django.urls import include, path
 
 from accounts import views as account_views
 from accounts.login import AdminLoginForm, login_view, with_throttle_status
+from accounts.oidc import SignInCallback, SignInStart
 from portal import views
 
 admin.site.site_header = "Slurm GPU Portal — allocation managers"
@@ -20,6 +21,8 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("login/", login_view, name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("oidc/start/", SignInStart.as_view(), name="oidc_start"),
+    path("oidc/callback/", SignInCallback.as_view(), name="oidc_callback"),
     path("i18n/", include("django.conf.urls.i18n")),
     # Ahead of the admin's own address for its log-in page, to answer 429 when refused.
     path("admin/login/", with_throttle_status(admin.site.login), name="admin_login"),

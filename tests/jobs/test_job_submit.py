@@ -102,7 +102,10 @@ def test_slurms_refusal_is_final_keeps_its_message_and_releases_the_hold(
     ("login", "says"),
     [
         ("root", "Jobs never run as the system account 'root'"),
-        ("daemon", "The Unix login 'daemon' is a system account (uid 1, below PORTAL_MIN_UID"),
+        (
+            "daemon",
+            "The Unix login 'daemon' is a system account on the host that submits jobs (uid 1",
+        ),
         ("no-such-login", "The Unix login 'no-such-login' does not exist on the host"),
     ],
 )

@@ -1,0 +1,293 @@
+"""Who signed in, in the portal's terms: one user per person, whatever the way in.
+
+The directory (``accounts.ldap_login``) and the identity provider (``accounts.oidc``)
+each describe the person who signed in as a ``Person``; ``sign_in`` turns that into the
+portal's user, created on the first sign-in. Everything that decides who a job runs as
+comes from the source, never from the request: the Unix login is the directory's
+attribute or the provider's claim, set again on every sign-in; it must be a person's
+login (not root, not a system account) and exist where jobs are submitted, as the
+workers see it; and with both a provider and a directory, the two must name the same
+login. A refusal tells the person what to do and the operator, in the log, why.
+"""
+
+import logging
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from accounts import directory
+from accounts.directory_groups import memberships_follow_groups
+from accounts.models import ExternalIdentity, User, posix_username_validator
+from accounts.posix import validate_posix_username
+from audit.models import AuditEvent
+from audit.services import audit_record
+from clusters.workers import ask
+
+logger = logging.getLogger(__name__)
+
+POSIX_SURVEY = "accounts.tasks.posix_login_survey_task"
+# How long a sign-in waits for a worker to say where the login exists.
+POSIX_SURVEY_DEADLINE_S = 5.0
+
+
+@dataclass(frozen=True)
+class Person:
+    """A person as the directory or the identity provider describes them at sign-in."""
+
+    source: str  # ExternalIdentity.Source
+    issuer: str  # the directory's URL or the provider's issuer
+    subject: str  # the directory entry's DN or the provider's ``sub``
+    login: str  # the name they signed in with there
+    posix_username: str
+    email: str = ""
+    first_name: str = ""
+    last_name: str = ""
+    # None: the source said nothing of groups (memberships are left as they are).
+    groups: frozenset[str] | None = None
+    disabled: bool = False
+
+
+class SignInRefused(Exception):
+    """``message`` is for the person signing in; ``reason`` for the operator's log."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.reason = reason
+
+
+def _refuse(person: Person, message: str, reason: str) -> SignInRefused:
+    logger.warning(
+        "sign-in refused: %s %r at %s (Unix login %r): %s",
+        person.source,
+        person.login,
+        person.issuer,
+        person.posix_username,
+        reason,
+    )
+    return SignInRefused(message, reason=reason)
+
+
+def sign_in(person: Person) -> User:
+    """The portal user ``person`` is, made or brought up to date; SignInRefused when
+    they may not sign in (the message says what to do)."""
+    _check_login(person)
+    if person.source == ExternalIdentity.Source.OIDC and directory.configured():
+        _check_against_directory(person)
+    _check_where_jobs_run(person)
+    user = _user_for(person)
+    if person.groups is not None:
+        memberships_follow_groups(user, person.groups)
+    return user
+
+
+def _check_login(person: Person) -> None:
+    name = person.posix_username
+    ask_admin = _("Ask your site's administrators to give your account a Unix login.")
+    if person.disabled:
+        raise _refuse(
+            person,
+            _("Your account is disabled in the site's directory; ask its administrators."),
+            "disabled in the directory (shadowExpire)",
+        )
+    if not name:
+        raise _refuse(
+            person,
+            _("Your sign-in did not say which Unix login is yours.") + " " + ask_admin,
+            f"no Unix login ({person.source}: claim or attribute empty)",
+        )
+    try:
+        posix_username_validator(name)
+        validate_posix_username(name)
+    except ValidationError as error:
+        raise _refuse(
+            person,
+            _("Your account's Unix login cannot run jobs.") + " " + ask_admin,
+            f"the Unix login is refused: {' '.join(error.messages)}",
+        ) from None
+
+
+def _check_against_directory(person: Person) -> None:
+    """The provider's Unix login must be the one the directory has for the person."""
+    claim, _sep, attribute = settings.OIDC_DIRECTORY_MATCH.partition("=")
+    try:
+        if claim and person.email and claim == "email":
+            entry = directory.person_where(attribute, person.email)
+        else:
+            entry = directory.person_where(settings.LDAP_POSIX_ATTRIBUTE, person.posix_username)
+    except directory.DirectoryUnavailable as error:
+        raise _refuse(
+            person,
+            _("Signing in is not possible now: the directory does not answer. Try again later."),
+            str(error),
+        ) from None
+    if entry is None:
+        raise _refuse(
+            person,
+            _("Your account is not in the site's directory; ask its administrators."),
+            "not found in the directory",
+        )
+    if entry.posix_username != person.posix_username:
+        raise _refuse(
+            person,
+            _(
+                "Your sign-in and the site's directory name different Unix logins; ask the "
+                "site's administrators to correct one of them."
+            ),
+            f"the provider says Unix login {person.posix_username!r}, the directory "
+            f"entry {entry.dn} says {entry.posix_username!r}",
+        )
+    if entry.disabled:
+        raise _refuse(
+            person,
+            _("Your account is disabled in the site's directory; ask its administrators."),
+            f"the directory entry {entry.dn} is disabled (shadowExpire)",
+        )
+
+
+def _check_where_jobs_run(person: Person) -> None:
+    """The workers look the login up where each cluster's jobs are submitted; it must be
+    a person's on at least one. No answer in time: the sign-in goes on (the worker
+    checks again before every submission)."""
+    answers = ask(
+        POSIX_SURVEY, deadline_s=POSIX_SURVEY_DEADLINE_S, posix_username=person.posix_username
+    )
+    if not isinstance(answers, dict) or not answers:
+        logger.warning(
+            "sign-in of %r: no worker said where %r exists; checked again at submission",
+            person.login,
+            person.posix_username,
+        )
+        return
+    if any(refusal is None for refusal in answers.values()):
+        return
+    if all(str(refusal).startswith("unknown:") for refusal in answers.values()):
+        logger.warning("sign-in of %r: %s", person.login, "; ".join(map(str, answers.values())))
+        return
+    raise _refuse(
+        person,
+        _(
+            "Your Unix login %(login)s cannot run jobs on any of the portal's clusters; ask "
+            "the site's administrators."
+        )
+        % {"login": person.posix_username},
+        "; ".join(f"{cluster}: {refusal}" for cluster, refusal in answers.items()),
+    )
+
+
+def _user_for(person: Person) -> User:
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            identity = (
+                ExternalIdentity.objects.select_for_update()
+                .select_related("user")
+                .filter(issuer=person.issuer, subject=person.subject)
+                .first()
+            )
+            user = identity.user if identity else _user_by_login(person)
+            if user is None:
+                user = _user_create(person)
+            else:
+                _user_update(user, person)
+            if identity is None:
+                identity = ExternalIdentity(
+                    user=user, source=person.source, issuer=person.issuer, subject=person.subject
+                )
+            identity.login = person.login[:255]
+            identity.last_sign_in_at = now
+            identity.save()
+    except IntegrityError:
+        # Another sign-in of the same person made the user or identity a moment ago.
+        raise _refuse(
+            person,
+            _("Signing in did not finish; try again."),
+            "a concurrent sign-in of the same person",
+        ) from None
+    return user
+
+
+def _user_by_login(person: Person) -> User | None:
+    """A user made by hand (or by the other source) with this Unix login, or with it as
+    their user name and no login yet: the same person, now signing in this way."""
+    name = person.posix_username
+    user = User.objects.select_for_update().filter(posix_username=name).first()
+    if user is not None:
+        return user
+    user = User.objects.select_for_update().filter(username=name).first()
+    if user is not None and user.posix_username not in (None, "", name):
+        raise _refuse(
+            person,
+            _("A portal account with your name belongs to someone else; ask the administrators."),
+            f"the user {user.username!r} has another Unix login, {user.posix_username!r}",
+        )
+    return user
+
+
+def _user_create(person: Person) -> User:
+    user = User(
+        username=person.posix_username,
+        posix_username=person.posix_username,
+        email=person.email,
+        first_name=person.first_name[:150],
+        last_name=person.last_name[:150],
+    )
+    user.set_unusable_password()  # the portal keeps no password for them
+    user.save()
+    audit_record(
+        actor=None,
+        action=AuditEvent.Action.USER_CREATE,
+        target=user,
+        detail={"source": person.source, "issuer": person.issuer, "login": person.login},
+    )
+    logger.info("user %s created at their first sign-in (%s %r)", user, person.source, person.login)
+    return user
+
+
+def _user_update(user: User, person: Person) -> None:
+    if not user.is_active and user.directory_disabled_at is None:
+        raise _refuse(
+            person,
+            _("Your portal account is switched off; ask the portal's administrators."),
+            f"the user {user.username!r} was switched off by an administrator",
+        )
+    changed = []
+    if user.posix_username != person.posix_username:
+        if User.objects.filter(posix_username=person.posix_username).exclude(pk=user.pk).exists():
+            raise _refuse(
+                person,
+                _("Your Unix login belongs to another portal account; ask the administrators."),
+                f"Unix login {person.posix_username!r} is another user's",
+            )
+        audit_record(
+            actor=None,
+            action=AuditEvent.Action.USER_POSIX_CHANGE,
+            target=user,
+            detail={"was": user.posix_username, "now": person.posix_username},
+        )
+        user.posix_username = person.posix_username
+        changed.append("posix_username")
+    for field, value in (
+        ("email", person.email),
+        ("first_name", person.first_name[:150]),
+        ("last_name", person.last_name[:150]),
+    ):
+        if value and getattr(user, field) != value:
+            setattr(user, field, value)
+            changed.append(field)
+    if not user.is_active:  # switched off by the directory sync, and back now
+        user.is_active = True
+        user.directory_disabled_at = None
+        changed += ["is_active", "directory_disabled_at"]
+        audit_record(
+            actor=None,
+            action=AuditEvent.Action.USER_ENABLE,
+            target=user,
+            detail={"source": person.source},
+        )
+    if changed:
+        user.save(update_fields=changed)

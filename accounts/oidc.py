@@ -1,0 +1,186 @@
+"""Sign-in with the site's OpenID Connect provider: mozilla-django-oidc, authorization
+code with PKCE (S256), the ID token checked against the provider's keys (RS256).
+
+The operator names the provider's issuer (``PORTAL_OIDC_ISSUER``); its endpoints come
+from its discovery document, read when first needed and kept an hour, so the portal
+starts, and local or directory log-ins work, while the provider is down. Users are
+matched by the provider's ``sub`` (``ExternalIdentity``), never by e-mail or the name
+they typed; ``accounts.identity.sign_in`` does the rest, as for the directory.
+"""
+
+import contextlib
+import logging
+from typing import Any
+
+import httpx
+import requests
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.backends import ModelBackend
+from django.core.cache import cache
+from django.core.exceptions import SuspiciousOperation
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.utils.translation import gettext as _
+from django.views import View
+from mozilla_django_oidc.auth import OIDCAuthenticationBackend
+from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
+from redis.exceptions import RedisError
+
+from accounts.identity import Person, SignInRefused, sign_in
+from accounts.models import ExternalIdentity, User
+
+logger = logging.getLogger(__name__)
+
+METADATA_KEPT_S = 3600
+REQUIRED_ENDPOINTS = ("authorization_endpoint", "token_endpoint", "jwks_uri", "userinfo_endpoint")
+
+
+class ProviderUnavailable(Exception):
+    """The provider's discovery document could not be read or does not fit; says why."""
+
+
+def _metadata_key() -> str:
+    return f"accounts:oidc:metadata:{settings.OIDC_ISSUER}"
+
+
+def provider_metadata() -> dict[str, Any]:
+    """The provider's discovery document (kept an hour in the cache)."""
+    try:
+        cached = cache.get(_metadata_key())
+    except RedisError:
+        cached = None
+    if cached:
+        return cached
+    url = f"{settings.OIDC_ISSUER}/.well-known/openid-configuration"
+    try:
+        response = httpx.get(url, timeout=settings.OIDC_TIMEOUT)
+        response.raise_for_status()
+        document = response.json()
+    except (httpx.HTTPError, ValueError) as error:
+        raise ProviderUnavailable(f"{url}: {error}") from None
+    if not isinstance(document, dict) or document.get("issuer") != settings.OIDC_ISSUER:
+        said = document.get("issuer") if isinstance(document, dict) else None
+        raise ProviderUnavailable(
+            f"{url} names the issuer {said!r}, not PORTAL_OIDC_ISSUER={settings.OIDC_ISSUER!r}"
+        )
+    if missing := [name for name in REQUIRED_ENDPOINTS if not document.get(name)]:
+        raise ProviderUnavailable(f"{url} names no {', '.join(missing)}")
+    with contextlib.suppress(RedisError):
+        cache.set(_metadata_key(), document, timeout=METADATA_KEPT_S)
+    return document
+
+
+def _unavailable(request: HttpRequest, error: Exception) -> None:
+    logger.warning("sign-in with %s failed: %s", settings.OIDC_ISSUER, error)
+    messages.error(
+        request,
+        _("Signing in with %(name)s is not possible right now; try again later.")
+        % {"name": settings.OIDC_NAME},
+    )
+
+
+def person_from_claims(claims: dict[str, Any]) -> Person:
+    """The person the provider's claims describe; ``sub`` is who they are."""
+
+    def text(name: str) -> str:
+        value = claims.get(name)
+        return value.strip() if isinstance(value, str) else ""
+
+    groups = claims.get(settings.OIDC_GROUPS_CLAIM)
+    return Person(
+        source=ExternalIdentity.Source.OIDC,
+        issuer=settings.OIDC_ISSUER,
+        subject=text("sub"),
+        login=text("preferred_username") or text("email") or text("sub"),
+        posix_username=text(settings.OIDC_POSIX_CLAIM),
+        email=text("email") if claims.get("email_verified", True) is not False else "",
+        first_name=text("given_name"),
+        last_name=text("family_name"),
+        groups=(
+            frozenset(g for g in groups if isinstance(g, str)) if isinstance(groups, list) else None
+        ),
+    )
+
+
+class ProviderBackend(OIDCAuthenticationBackend):
+    """Only the code-flow callback reaches it (a request with ``code_verifier``); the
+    endpoints are the discovery document's, read then."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # Not the parent's: it would need every endpoint as a setting now, while the
+        # provider is asked only when someone signs in through it.
+        ModelBackend.__init__(self)
+        self.UserModel = User
+        self.OIDC_RP_CLIENT_ID = settings.OIDC_RP_CLIENT_ID
+        self.OIDC_RP_CLIENT_SECRET = settings.OIDC_RP_CLIENT_SECRET
+        self.OIDC_RP_SIGN_ALGO = settings.OIDC_RP_SIGN_ALGO
+        self.OIDC_RP_IDP_SIGN_KEY = None
+
+    def authenticate(self, request: HttpRequest | None, **kwargs: Any) -> User | None:
+        if request is None or "code_verifier" not in kwargs:
+            return None  # a password log-in, or another backend's
+        try:
+            metadata = provider_metadata()
+            self.OIDC_OP_TOKEN_ENDPOINT = metadata["token_endpoint"]
+            self.OIDC_OP_USER_ENDPOINT = metadata["userinfo_endpoint"]
+            self.OIDC_OP_JWKS_ENDPOINT = metadata["jwks_uri"]
+            return super().authenticate(request, **kwargs)
+        except (ProviderUnavailable, requests.RequestException) as error:
+            _unavailable(request, error)
+        except SuspiciousOperation as error:  # a token that does not verify
+            logger.warning("sign-in with %s refused: %s", settings.OIDC_ISSUER, error)
+            messages.error(request, _("The sign-in could not be verified; try again."))
+        except SignInRefused as refusal:
+            messages.error(request, refusal.message)
+        return None
+
+    def get_or_create_user(self, access_token: str, id_token: str, payload: dict) -> User:
+        claims = {**payload, **self.get_userinfo(access_token, id_token, payload)}
+        if claims.get("sub") != payload.get("sub"):
+            raise SuspiciousOperation("the userinfo answer is about another subject")
+        return sign_in(person_from_claims(claims))
+
+    def get_user(self, user_id: Any) -> User | None:
+        """The session's user while they may still use the portal (switched-off: none)."""
+        user = super().get_user(user_id)
+        return user if user is not None and user.is_active else None
+
+
+class SignInStart(OIDCAuthenticationRequestView):
+    """``/oidc/start/``: off to the provider's log-in page, with state, nonce and PKCE."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        View.__init__(self, **kwargs)
+        self.OIDC_RP_CLIENT_ID = settings.OIDC_RP_CLIENT_ID
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        if not settings.OIDC_ISSUER:
+            raise Http404("No identity provider is configured (PORTAL_OIDC_ISSUER).")
+        try:
+            self.OIDC_OP_AUTH_ENDPOINT = provider_metadata()["authorization_endpoint"]
+        except ProviderUnavailable as error:
+            _unavailable(request, error)
+            return redirect("login")
+        return super().get(request)
+
+
+class SignInCallback(OIDCAuthenticationCallbackView):
+    """``/oidc/callback/``: the provider sends the browser back here with a code."""
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        if not settings.OIDC_ISSUER:
+            raise Http404("No identity provider is configured (PORTAL_OIDC_ISSUER).")
+        if error := request.GET.get("error"):
+            logger.info("sign-in with %s ended at the provider: %s", settings.OIDC_ISSUER, error)
+            messages.error(
+                request,
+                _("Signing in was cancelled or refused at %(name)s.")
+                % {"name": settings.OIDC_NAME},
+            )
+        try:
+            return super().get(request)
+        except SuspiciousOperation as error:  # a state this browser never started
+            logger.warning("sign-in callback refused: %s", error)
+            messages.error(request, _("This sign-in link has expired or was used; sign in again."))
+            return redirect("login")
