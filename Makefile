@@ -76,7 +76,9 @@ stack:
 	dev/stack install
 	dev/stack start
 
+# The Debian packages come first: python-ldap builds against libldap's and libsasl2's headers.
 $(INSTALLED): pyproject.toml
+	dev/stack packages
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'

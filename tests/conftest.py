@@ -41,10 +41,12 @@ LONGEST_FILES = (
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test of the dev stack itself, and every fault test but those that break only
     processes they started themselves (``fault(own_processes=True)``), stops or restarts
-    what the whole machine shares: each is ``exclusive`` (``make test`` runs them alone).
-    The ``LONGEST_FILES`` come first."""
+    what the whole machine shares: each is ``exclusive`` (``make test`` runs them alone),
+    but those of a module that says ``STOPS_NOTHING = True``. The ``LONGEST_FILES`` come first."""
     for item in items:
-        in_dev = Path(str(item.fspath)).parent.name == "dev"
+        in_dev = Path(str(item.fspath)).parent.name == "dev" and not getattr(
+            item.module, "STOPS_NOTHING", False
+        )
         fault = item.get_closest_marker("fault")
         if in_dev or (fault and not fault.kwargs.get("own_processes")):
             item.add_marker(pytest.mark.exclusive)

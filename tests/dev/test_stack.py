@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[2]
 STACK = str(REPO / "dev" / "stack")
 COMPONENTS = ("postgresql", "redis", "mariadb", "munge", "slurmdbd", "slurmctld", "slurmd",
-              "slurmrestd")  # fmt: skip
+              "slurmrestd", "slapd", "oidc")  # fmt: skip
 # The second cluster's daemons, as status names them (dev/cluster-next).
 NEXT_COMPONENTS = tuple(
     f"portal-next:{name}" for name in ("munge", "slurmdbd", "slurmctld", "slurmd", "slurmrestd")
@@ -192,7 +192,7 @@ def test_it_refuses_to_stop_the_machines_services():
     assert "postgresql" in pids()
 
 
-@pytest.mark.parametrize("component", ["slurmrestd", "slurmctld"])
+@pytest.mark.parametrize("component", ["slurmrestd", "slurmctld", "slapd"])
 def test_a_stopped_daemon_starts_again_and_the_others_keep_running(component):
     before = pids()
     assert stack("stop", component).returncode == 0
@@ -244,3 +244,21 @@ def test_slurmrestd_restarted_under_load_is_gone_with_its_port_when_stop_returns
         for thread in threads:
             thread.join(timeout=5)
         stack("start", "slurmrestd")
+
+
+def test_the_provider_keeps_its_signing_key_and_the_directory_its_entries_across_restarts(
+    stack_env,
+):
+    jwks_url = stack_env["PORTAL_OIDC_ISSUER"] + "/jwks"
+    with urllib.request.urlopen(jwks_url, timeout=10) as response:
+        before = json.load(response)
+    assert stack("stop", "oidc", "slapd").returncode == 0
+    started = stack("start", "slapd", "oidc")
+    assert started.returncode == 0, started.stderr
+    with urllib.request.urlopen(jwks_url, timeout=10) as response:
+        assert json.load(response) == before
+    alice = run("ldapsearch", "-x", "-LLL", "-H", stack_env["PORTAL_LDAP_URL"], "-D",
+                f"cn=admin,{stack_env['PORTAL_LDAP_BASE_DN']}", "-y",
+                f"{stack_env['PORTAL_STACK_DIR']}/secrets/ldap-admin", "-b",
+                stack_env["PORTAL_LDAP_BASE_DN"], "(uid=alice)", "uidNumber")  # fmt: skip
+    assert f"uidNumber: {pwd.getpwnam('alice').pw_uid}" in alice.stdout, alice.stderr
