@@ -61,9 +61,7 @@ def test_a_wrong_directory_password_is_refused_like_any_other(client, dev_cluste
     assert not User.objects.filter(username="alice").exists()
 
 
-def test_a_local_account_with_the_same_unix_login_becomes_the_directorys_user(
-    client, dev_cluster
-):
+def test_a_local_account_with_the_same_unix_login_becomes_the_directorys_user(client, dev_cluster):
     made_by_hand = user_create(username="a.anders", password="x-pass-1234", posix_username="alice")
 
     log_in(client, "alice")

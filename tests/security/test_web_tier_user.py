@@ -183,11 +183,13 @@ def test_the_web_server_runs_as_its_own_user_and_holds_no_run_as_rights(
     groups = {grp.getgrgid(gid).gr_name for gid in os.getgrouplist(WEB_USER, entry_gid(WEB_USER))}
     assert not groups & {"root", "sudo", "wheel", "admin", "adm", "shadow", "slurm", "munge"}
     assert not groups & {"alice", "bob", "charlie"}
-    for secret in (*jwt_keys(), Path("/etc/munge/munge.key"), SECRETS / "postgres"):
+    others = ("postgres", "ldap-admin", "ldap-user-alice", "oidc-user-alice.anders")
+    for secret in (*jwt_keys(), Path("/etc/munge/munge.key"), *(SECRETS / n for n in others)):
         assert secret.is_file(), f"{secret} is not there to be refused"
         assert as_web_user("cat", str(secret)).returncode != 0, f"{secret} is readable"
-    # What it needs, it reads: its database and Redis passwords.
-    assert as_web_user("cat", str(SECRETS / "portal-db")).returncode == 0
+    # What it needs, it reads: its database, Redis, directory and provider passwords.
+    for needed in ("portal-db", "redis", "ldap-portal", "oidc-client"):
+        assert as_web_user("cat", str(SECRETS / needed)).returncode == 0, f"{needed} unreadable"
 
 
 def test_a_symbolic_link_the_web_tier_cannot_see_is_refused_by_the_worker_at_no_charge(
