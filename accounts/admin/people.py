@@ -4,9 +4,23 @@ from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
 
 from accounts.models import (
+    ExternalIdentity,
     Notification,
     User,
 )
+
+
+class ExternalIdentityInline(admin.TabularInline):
+    """Where the user signs in (read-only: written by accounts.identity at each sign-in)."""
+
+    model = ExternalIdentity
+    extra = 0
+    fields = ["source", "login", "issuer", "subject", "last_sign_in_at"]
+    readonly_fields = fields
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(User)
@@ -15,8 +29,12 @@ class UserAdmin(DjangoUserAdmin):
     search_fields = ["username", "posix_username", "email", "first_name", "last_name"]
     fieldsets = (
         *(DjangoUserAdmin.fieldsets or ()),
-        ("Slurm", {"fields": ["posix_username"]}),
+        # A user who signs in through the directory or the provider gets their Unix login
+        # from there at every sign-in; set by hand only for local accounts.
+        ("Slurm", {"fields": ["posix_username", "directory_disabled_at"]}),
     )
+    readonly_fields = ["directory_disabled_at"]
+    inlines = [ExternalIdentityInline]
 
 
 @admin.register(Notification)

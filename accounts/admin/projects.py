@@ -47,6 +47,8 @@ class MembershipInline(admin.TabularInline):
     model = Membership
     extra = 0
     raw_id_fields = ["user"]
+    # Made by hand here; a group-made one becomes one made by hand when changed here.
+    readonly_fields = ["source"]
 
 
 class AllocationInline(admin.TabularInline):
