@@ -80,7 +80,7 @@ from clusters.slurm.parsing import (  # noqa: E402
 )
 from clusters.slurm.types import QueueEntry  # noqa: E402
 from jobs.models import Job, JobEvent  # noqa: E402
-from jobs.sync import QueueSyncResult, queue_apply  # noqa: E402
+from jobs.queue_sync import QueueSyncResult, queue_apply  # noqa: E402
 
 TARGET_APPLY_S = 1.0
 TARGET_RATIO = 2.0

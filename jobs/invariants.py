@@ -41,8 +41,7 @@ from clusters.selectors import clusters_enabled
 from clusters.slurm import SlurmError, client_for
 from clusters.slurm.types import AccountingEntry, QueueEntry
 from jobs.models import AccountingRecord, Job
-from jobs.states import JobState
-from jobs.sync import IN_SLURM
+from jobs.states import IN_SLURM, JobState
 from jobs.tokens import is_submission_of, token_in
 
 # How far back the check reads accounting for jobs that already left the queue. The

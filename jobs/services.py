@@ -1,7 +1,7 @@
 """Every write a user makes to jobs: create, estimate (writes nothing), cancel, hold, release.
 
 Submission to Slurm and the sync back from it live in ``jobs.submission`` and
-``jobs.sync``; everything that changes Slurm runs in a Celery task.
+``jobs.queue_sync`` and ``jobs.accounting``; everything that changes Slurm runs in a Celery task.
 """
 
 import datetime as dt

@@ -72,5 +72,12 @@ SLURM_TO_PORTAL: dict[SlurmJobState, JobState] = {
 }
 
 
+# The states a job is in while Slurm has it queued or running.
+IN_SLURM = (JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED)
+# The same maps as plain strings, to compare with the values of rows read in bulk.
+TERMINAL_VALUES = frozenset(str(state) for state in TERMINAL_STATES)
+PORTAL_VALUE_OF = {slurm: str(portal) for slurm, portal in SLURM_TO_PORTAL.items()}
+
+
 def portal_state(slurm_state: SlurmJobState) -> JobState:
     return SLURM_TO_PORTAL[slurm_state]

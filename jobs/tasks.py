@@ -15,9 +15,11 @@ from clusters.selectors import clusters_enabled
 from clusters.slurm import SlurmUnavailable
 from clusters.slurm.types import SubmitRequest
 from jobs import dispatch
+from jobs.accounting import accounting_sync
 from jobs.control import job_control
 from jobs.errors import JobInvalid, OutputUnavailable
 from jobs.output import read_output_of
+from jobs.queue_sync import queue_sync
 from jobs.selectors import jobs_to_sweep
 from jobs.submission import (
     ClaimedElsewhere,
@@ -25,7 +27,6 @@ from jobs.submission import (
     job_submit,
     start_estimate,
 )
-from jobs.sync import accounting_sync, queue_sync
 
 logger = logging.getLogger(__name__)
 

@@ -70,8 +70,9 @@ def bulk_jobs(*, owner, project, count: int, state: str = "completed", **fields)
 def run_to_the_end(job, *, timeout_s: float = 120):
     """Do what beat does (queue sync, then accounting once the job is gone) until the job
     is charged; returns it refreshed."""
+    from jobs.accounting import accounting_sync
+    from jobs.queue_sync import queue_sync
     from jobs.states import TERMINAL_STATES
-    from jobs.sync import accounting_sync, queue_sync
 
     def charged():
         result = queue_sync(cluster=job.cluster)

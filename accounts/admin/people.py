@@ -16,7 +16,7 @@ class ExternalIdentityInline(admin.TabularInline):
     model = ExternalIdentity
     extra = 0
     fields = ["source", "login", "issuer", "subject", "last_sign_in_at"]
-    readonly_fields = fields
+    readonly_fields = ["source", "login", "issuer", "subject", "last_sign_in_at"]
     can_delete = False
 
     def has_add_permission(self, request, obj=None):

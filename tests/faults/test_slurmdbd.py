@@ -7,11 +7,11 @@ from django.db.models import Count
 
 from accounts.models import Allocation, LedgerEntry
 from clusters.slurm import client_for
+from jobs.accounting import accounting_sync
 from jobs.invariants import Findings, invariants_check
 from jobs.models import AccountingRecord, Job, JobEvent
 from jobs.services import job_create
-from jobs.states import JobState, portal_state
-from jobs.sync import IN_SLURM, accounting_sync
+from jobs.states import IN_SLURM, JobState, portal_state
 from tests.conftest import running_worker
 from tests.factories import wait_for
 from tests.faults.support import quick_job, settle, stack, worker_log

@@ -14,9 +14,9 @@ from accounts.services import membership_set, project_create
 from clusters.models import Cluster, Partition
 from clusters.slurm.states import SlurmJobState
 from clusters.slurm.types import AccountingEntry
+from jobs.accounting import accounting_ingest
 from jobs.models import AccountingRecord, Job
 from jobs.states import JobState
-from jobs.sync import accounting_ingest
 
 NOW = timezone.now().replace(microsecond=0)
 TODAY = dt.date.today()

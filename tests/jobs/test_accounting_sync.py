@@ -5,11 +5,12 @@ import pytest
 
 from accounts.models import LedgerEntry
 from accounts.selectors import project_balance
+from jobs.accounting import accounting_sync
 from jobs.control import job_control
+from jobs.queue_sync import queue_sync
 from jobs.services import job_create
 from jobs.states import JobState
 from jobs.submission import job_submit
-from jobs.sync import accounting_sync, queue_sync
 from tests.conftest import through_slurmrestd
 from tests.factories import request_for, wait_for
 

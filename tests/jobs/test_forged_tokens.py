@@ -23,12 +23,13 @@ from accounts.models import LedgerEntry
 from accounts.services import user_create
 from clusters.prefixes import run_as_prefix_argv, run_as_prefix_template
 from clusters.slurm import client_for
+from jobs.accounting import accounting_sync
 from jobs.invariants import invariants_check
 from jobs.models import AccountingRecord, Job
+from jobs.queue_sync import queue_sync
 from jobs.services import job_create
 from jobs.states import JobState
 from jobs.submission import job_submit
-from jobs.sync import accounting_sync, queue_sync
 from tests.conftest import through_slurmrestd
 from tests.factories import request_for, run_to_the_end, slurm_ids_of, wait_for
 

@@ -11,6 +11,7 @@ from accounts.selectors import project_balance
 from clusters.slurm import client_for
 from jobs.control import job_control
 from jobs.models import Job
+from jobs.queue_sync import queue_sync
 from jobs.services import job_cancel, job_create
 from jobs.states import JobState
 from jobs.submission import (
@@ -20,7 +21,6 @@ from jobs.submission import (
     spec_of,
     submit_request,
 )
-from jobs.sync import queue_sync
 from tests.factories import request_for, slurm_ids_of, wait_for
 
 pytestmark = pytest.mark.slurm

@@ -10,8 +10,8 @@ from accounts.models import LedgerEntry
 from accounts.reconcile import reconcile
 from accounts.selectors import project_balance
 from clusters.slurm import client_for
+from jobs.accounting import accounting_sync
 from jobs.models import AccountingRecord
-from jobs.sync import accounting_sync
 from tests.conftest import DEV_CLUSTER
 from tests.factories import wait_for
 

@@ -8,12 +8,12 @@ import pytest
 from accounts.models import LedgerEntry
 from accounts.selectors import project_balance
 from clusters.models import Partition
+from jobs.accounting import accounting_sync
 from jobs.models import AccountingRecord, Job
 from jobs.pricing import charge_gpu_seconds
 from jobs.selectors import job_output
 from jobs.services import job_create, job_estimate
 from jobs.states import JobState
-from jobs.sync import accounting_sync
 from tests.conftest import DEV_CLUSTER
 from tests.factories import request_for, run_to_the_end, wait_for
 

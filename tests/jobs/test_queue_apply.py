@@ -13,10 +13,11 @@ from accounts import ledger
 from accounts.selectors import project_balance
 from clusters.slurm.states import SlurmJobState
 from clusters.slurm.types import QueueEntry
-from jobs import sync
+from jobs import queue_sync
+from jobs.accounting import accounting_ingest
 from jobs.models import Job
+from jobs.queue_sync import queue_apply
 from jobs.states import JobState
-from jobs.sync import accounting_ingest, queue_apply
 from tests.factories import (
     blocked_on_a_lock,
     in_thread,
@@ -65,14 +66,14 @@ def test_a_job_accounting_finished_after_the_queue_was_read_stays_finished(
     job = portal_job(project, cluster, alice, slurm_job_id=800)
     Job.objects.filter(pk=job.pk).update(state=JobState.PENDING)
     read, written = threading.Event(), threading.Event()
-    update_jobs = sync._update_jobs
+    update_jobs = queue_sync._update_jobs
 
     def after_the_read(rows, *, now):
         read.set()
         assert written.wait(timeout=30)
         return update_jobs(rows, now=now)
 
-    monkeypatch.setattr(sync, "_update_jobs", after_the_read)
+    monkeypatch.setattr(queue_sync, "_update_jobs", after_the_read)
     errors: list = []
     results = []
     queue = in_thread(

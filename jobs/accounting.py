@@ -1,9 +1,4 @@
-"""What Slurm says, applied to the portal: the queue every few seconds, accounting behind it.
-
-The queue sync reads one listing per cluster and writes only the jobs whose
-state, Slurm state, reason or start time changed — one UPDATE for all of them
-and one INSERT for their events, however many jobs there are. A job that left
-the queue is not assumed to have finished: accounting says how it ended.
+"""What Slurm's accounting says, applied to the portal behind the queue sync.
 
 The accounting ingest upserts every record since a watermark (read again with
 an overlap) and charges each ended record exactly once; a portal job's hold
@@ -14,152 +9,24 @@ to the project whose Slurm account they ran under.
 import datetime as dt
 import logging
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import BigIntegerField
-from django.db.models.functions import Cast, Extract
+from django.db import transaction
 from django.utils import timezone
 
 from accounts import ledger
 from accounts.models import Allocation, LedgerEntry, Project, User
 from clusters.models import Cluster, Partition
-from clusters.slurm import SlurmClient, client_for, shared_client_for
+from clusters.slurm import SlurmClient, client_for
 from clusters.slurm.states import SlurmJobState
-from clusters.slurm.types import AccountingEntry, QueueEntry
+from clusters.slurm.types import AccountingEntry
 from jobs import pricing, specs
 from jobs.models import AccountingRecord, ClusterSync, Job, JobEvent
-from jobs.states import SLURM_TO_PORTAL, TERMINAL_STATES, JobState
+from jobs.states import PORTAL_VALUE_OF, TERMINAL_VALUES, JobState
 from jobs.tokens import is_submission_of, token_in
 
 logger = logging.getLogger(__name__)
-
-IN_SLURM = (JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED)
-_TERMINAL = frozenset(str(state) for state in TERMINAL_STATES)
-_PORTAL_STATE = {slurm: str(portal) for slurm, portal in SLURM_TO_PORTAL.items()}
-_ARRAY_ORDER = (JobState.RUNNING, JobState.PENDING, JobState.SUSPENDED)
-
-
-@dataclass
-class QueueSyncResult:
-    changed: int = 0
-    vanished: list[int] = field(default_factory=list)  # portal job ids no longer queued
-
-
-def _reason(entry: QueueEntry) -> str:
-    return "" if entry.reason in ("None", "") else entry.reason[:200]
-
-
-def _array_view(entries: list[QueueEntry]) -> QueueEntry | None:
-    """One entry standing for an array: running if a task runs, else pending; None when
-    no task is queued or running (how it ended is accounting's to say)."""
-    for wanted in _ARRAY_ORDER:
-        for entry in entries:
-            if _PORTAL_STATE[entry.state] == wanted:
-                return entry
-    return None
-
-
-def queue_apply(*, cluster: Cluster, entries: Iterable[QueueEntry]) -> QueueSyncResult:
-    """Apply one queue listing to the cluster's unfinished portal jobs."""
-    now = timezone.now()
-    plain: dict[int, QueueEntry] = {}
-    arrays: dict[int, list[QueueEntry]] = defaultdict(list)
-    entry: QueueEntry | None
-    for entry in entries:
-        if entry.array_job_id is None:
-            plain[entry.job_id] = entry
-        else:
-            arrays[entry.array_job_id].append(entry)
-
-    # The start time is read as whole epoch seconds (Slurm's own resolution): turning
-    # 10,000 timestamps into aware datetimes costs more than the query itself.
-    unfinished = (
-        Job.objects.filter(cluster=cluster, state__in=IN_SLURM, slurm_job_id__isnull=False)
-        .order_by()
-        .annotate(started_s=Cast(Extract("started_at", "epoch"), BigIntegerField()))
-        .values_list("id", "slurm_job_id", "state", "slurm_state", "reason", "started_s", "array")
-    )
-    result = QueueSyncResult()
-    updates: list[tuple] = []
-    events: list[JobEvent] = []
-    for job_id, slurm_job_id, state, slurm_state, reason, started_s, array in unfinished:
-        assert slurm_job_id is not None  # filtered on
-        entry = _array_view(arrays.get(slurm_job_id, [])) if array else plain.get(slurm_job_id)
-        if entry is None:
-            result.vanished.append(job_id)
-            continue
-        new_state = _PORTAL_STATE[entry.state]
-        if array and new_state in _TERMINAL:
-            continue
-        entry_s = int(entry.started_at.timestamp()) if entry.started_at else None
-        new = (new_state, str(entry.state), _reason(entry), entry_s or started_s)
-        if new == (state, slurm_state, reason, started_s):
-            continue
-        started_at = entry.started_at or (
-            dt.datetime.fromtimestamp(started_s, dt.UTC) if started_s is not None else None
-        )
-        ended_at = now if new_state in _TERMINAL else None
-        updates.append((job_id, state, *new[:3], started_at, ended_at))
-        if new_state != state:
-            detail = f"Slurm: {entry.state}" + (f" ({new[2]})" if new[2] else "")
-            # An event is dated when the portal saw the change (Slurm's own times are on
-            # the job): the timeline then never runs backwards.
-            events.append(JobEvent(job_id=job_id, at=now, state=new_state, detail=detail))
-    with transaction.atomic():
-        updated = _update_jobs(updates, now=now)
-        JobEvent.objects.bulk_create(
-            [event for event in events if event.job_id in updated], batch_size=2000
-        )
-        if not ClusterSync.objects.filter(cluster=cluster).update(queue_synced_at=now):
-            ClusterSync.objects.get_or_create(cluster=cluster, defaults={"queue_synced_at": now})
-    result.changed = len(updated)
-    return result
-
-
-def _update_jobs(rows: list[tuple], *, now: dt.datetime) -> set[int]:
-    """One UPDATE … FROM unnest(…) for every changed job; Django's bulk_update would
-    build a CASE per column and row, which is slower by an order of magnitude.
-
-    Each row carries the state the listing was compared with, and a job is changed only
-    while it still has that state: accounting finishes jobs under its own lock, and a
-    job it ended between the read and this UPDATE must not go back to running (and be
-    finished a second time). PostgreSQL re-checks the condition on the row accounting
-    committed, so a job locked meanwhile is skipped too. The ids changed are returned."""
-    if not rows:
-        return set()
-    columns = [list(column) for column in zip(*rows, strict=True)]
-    table = Job._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            UPDATE {table} AS job SET
-                state = change.state,
-                slurm_state = change.slurm_state,
-                reason = change.reason,
-                started_at = change.started_at,
-                ended_at = COALESCE(job.ended_at, change.ended_at),
-                updated_at = %s
-            FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[],
-                        %s::timestamptz[], %s::timestamptz[])
-                AS change(id, read_state, state, slurm_state, reason, started_at, ended_at)
-            WHERE job.id = change.id AND job.state = change.read_state
-            RETURNING job.id
-            """,  # noqa: S608 — the table name is ours, every value a parameter
-            [now, *columns],
-        )
-        return {row[0] for row in cursor.fetchall()}
-
-
-def queue_sync(*, cluster: Cluster, client: SlurmClient | None = None) -> QueueSyncResult:
-    """Read the cluster's queue (one call) and apply it."""
-    client = client or shared_client_for(cluster)
-    return queue_apply(cluster=cluster, entries=client.queue())
-
-
-# --- accounting ------------------------------------------------------------------
 
 
 @dataclass
@@ -287,7 +154,10 @@ def _upsert(cluster: Cluster, entries: list[AccountingEntry], jobs: dict[int, Jo
 
 
 def _has_ended(record: AccountingRecord) -> bool:
-    return record.ended_at is not None and _PORTAL_STATE[SlurmJobState(record.state)] in _TERMINAL
+    return (
+        record.ended_at is not None
+        and PORTAL_VALUE_OF[SlurmJobState(record.state)] in TERMINAL_VALUES
+    )
 
 
 def _allocation_for(record: AccountingRecord, projects: dict[str, Project]) -> Allocation | None:
@@ -385,7 +255,7 @@ def _finish(job: Job, records: list[AccountingRecord]) -> bool:
     """Bring a portal job up to date with its accounting; True when it ended now."""
     if not records:
         return False
-    states = [_PORTAL_STATE[SlurmJobState(r.state)] for r in records]
+    states = [PORTAL_VALUE_OF[SlurmJobState(r.state)] for r in records]
     ended = all(_has_ended(r) for r in records)
     if job.array:
         ended = ended and sum(_tasks_covered(r) for r in records) >= job.array_tasks
@@ -403,7 +273,7 @@ def _finish(job: Job, records: list[AccountingRecord]) -> bool:
     ends = [r.ended_at for r in records if r.ended_at]
     with transaction.atomic():
         locked = Job.objects.select_for_update().get(pk=job.pk)
-        already = locked.state in _TERMINAL and locked.used_gpu_seconds == used
+        already = locked.state in TERMINAL_VALUES and locked.used_gpu_seconds == used
         # Found by its token: the worker that submitted it died (or lost the database)
         # before recording the id, and the job ends before a retry could record it.
         slurm_job_id = locked.slurm_job_id or records[0].array_job_id or records[0].slurm_job_id
