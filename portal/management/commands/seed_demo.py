@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from clusters.slurm import SlurmError
@@ -32,3 +33,15 @@ class Command(BaseCommand):
         for login in logins:
             password = login.password or "(unchanged; --reset-passwords prints a new one)"
             self.stdout.write(f"  {login.username:<6} {password:<14}  {login.what}")
+        secrets_dir = settings.STACK_DIR / "secrets"
+        if settings.LDAP_URL:
+            self.stdout.write(
+                f"Or with the directory's passwords ({settings.LDAP_URL}): alice, bob, pat, "
+                f"olga; as root: cat {secrets_dir}/ldap-user-alice"
+            )
+        if settings.OIDC_ISSUER:
+            self.stdout.write(
+                f'Or "Log in with {settings.OIDC_NAME}" ({settings.OIDC_ISSUER}) as '
+                f"alice.anders, bob.brandt, pat.park, olga.ortiz; as root: "
+                f"cat {secrets_dir}/oidc-user-alice.anders"
+            )
