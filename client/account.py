@@ -7,9 +7,11 @@ import sys
 from urllib.parse import urlsplit
 
 from client import config
+from client.api import Api
 from client.exits import Exit
 from client.formatting import as_json, hours, table
 from client.session import Session, UsageError, err, out
+from client.sign_in import sso_token
 
 
 def _read_token() -> str:
@@ -36,11 +38,20 @@ def cmd_login(args: argparse.Namespace, session: Session) -> int:
         url = config.normal_url(given)
     except ValueError as error:
         raise UsageError(str(error)) from None
-    token = args.token or _read_token()
-    if not token:
-        raise UsageError("no token given (--token, or type it at the prompt or on stdin)")
     if url.startswith("http://") and not _is_local(url):
         err(f"sgp: warning: {url} is plain HTTP: the token travels unencrypted; prefer https://")
+    if args.sso:
+        if args.token:
+            raise UsageError("give either --sso or --token, not both")
+        anonymous = Api(url, None, transport=session.transport)
+        try:
+            token = sso_token(anonymous, say=err, transport=session.transport)
+        finally:
+            anonymous.close()
+    else:
+        token = args.token or _read_token()
+    if not token:
+        raise UsageError("no token given (--token, or type it at the prompt or on stdin)")
     me = session.connect(url, token).get("me/")
     path = config.config_path()
     config.write_config(path, url=url, token=token)

@@ -87,12 +87,12 @@ def _retry_after(response: httpx.Response) -> float | None:
 
 
 class Api:
-    """The REST API of one portal, as one user (their bearer token)."""
+    """The REST API of one portal, as one user (their bearer token) or as nobody yet."""
 
     def __init__(
         self,
         url: str,
-        token: str,
+        token: str | None,
         *,
         transport: httpx.BaseTransport | None = None,
         timeout_s: float = 30.0,
@@ -103,7 +103,8 @@ class Api:
         self._http = httpx.Client(
             base_url=f"{url}/api/v1/",
             headers={
-                "Authorization": f"Bearer {token}",
+                # None: the few calls made before there is a token (sgp login --sso).
+                **({"Authorization": f"Bearer {token}"} if token is not None else {}),
                 "Accept": "application/json",
                 "User-Agent": f"sgp/{__version__}",
             },

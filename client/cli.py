@@ -1,6 +1,7 @@
 """sgp: the Slurm GPU Portal from a terminal or a script, through its REST API.
 
     sgp login --url https://portal.example.org      # the token from a prompt or stdin
+    sgp login --sso --url https://portal.example.org  # sign in through the site's provider
     sgp projects
     sgp estimate --project vision --partition debug --gpus 1 --time 30 --script train.sh
     sgp submit job.yaml --env EPOCHS=3               # prints the job id
@@ -141,6 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
     login.add_argument("--url", help="the portal's address, e.g. https://portal.example.org")
     login.add_argument(
         "--token", help="the token (visible to other users' ps: prefer the prompt or stdin)"
+    )
+    login.add_argument(
+        "--sso",
+        action="store_true",
+        help="sign in through the site's provider in a browser (a code to confirm) and keep "
+        "the portal token it gives",
     )
 
     with_json(command("projects", cmd_projects, "your projects and their GPU-hours"))

@@ -9,6 +9,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from accounts import api as accounts
+from accounts import api_sign_in as sign_in
 from clusters import api as clusters
 from jobs import api as jobs
 from portal.api_errors import api_not_found
@@ -59,6 +60,8 @@ v1 = [
     ),
     path("tokens/", accounts.TokenList.as_view(), name="tokens"),
     path("tokens/<int:pk>/", accounts.TokenDetail.as_view(), name="token"),
+    path("sign-in/", sign_in.SignIn.as_view(), name="sign-in"),
+    path("tokens/sign-in/", sign_in.TokenFromSignIn.as_view(), name="token-sign-in"),
 ]
 
 urlpatterns = [

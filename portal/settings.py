@@ -322,6 +322,10 @@ OIDC_GROUPS_CLAIM = env_str("PORTAL_OIDC_GROUPS_CLAIM", "groups")
 # With a directory too, a provider's user is looked up in it (claim=attribute) and the
 # two must name the same Unix login; empty: looked up by the Unix login claim alone.
 OIDC_DIRECTORY_MATCH = env_str("PORTAL_OIDC_DIRECTORY_MATCH", "email=mail")
+# The command line's own client at the provider (public, device flow): `sgp login --sso`
+# trades its ID token for a portal token. Empty: the command line signs in with tokens
+# made in the browser only.
+OIDC_CLI_CLIENT_ID = env_str("PORTAL_OIDC_CLI_CLIENT_ID", "" if IS_PRODUCTION else "sgp")
 OIDC_RP_SIGN_ALGO = "RS256"
 OIDC_USE_PKCE = True
 OIDC_PKCE_CODE_CHALLENGE_METHOD = "S256"

@@ -17,6 +17,9 @@ import Provider from 'oidc-provider';
 
 const ISSUER = process.env.OIDC_ISSUER ?? 'http://127.0.0.1:9080';
 const CLIENT_ID = 'slurm-gpu-portal';
+// The command-line client `sgp login --sso`: a public client of the device flow (RFC
+// 8628), as a site would register it; the portal takes its ID token for a portal token.
+const CLI_CLIENT_ID = 'sgp';
 const STATE_DIR = process.argv[2];
 if (!STATE_DIR) {
   console.error('usage: node server.js STATE_DIR');
@@ -78,6 +81,16 @@ const provider = new Provider(ISSUER, {
       redirect_uris: ['http://127.0.0.1/oidc/callback/', 'http://localhost/oidc/callback/'],
       post_logout_redirect_uris: ['http://127.0.0.1/', 'http://localhost/'],
     },
+    {
+      client_id: CLI_CLIENT_ID,
+      client_name: 'sgp, the portal\'s command-line client',
+      application_type: 'native',
+      token_endpoint_auth_method: 'none',
+      grant_types: ['urn:ietf:params:oauth:grant-type:device_code'],
+      response_types: [],
+      redirect_uris: [],
+      id_token_signed_response_alg: 'RS256',
+    },
   ],
   jwks: signingKeys(),
   cookies: { keys: [secrets.cookie_key] },
@@ -100,6 +113,14 @@ const provider = new Provider(ISSUER, {
   features: {
     devInteractions: { enabled: false },
     rpInitiatedLogout: { enabled: true, logoutSource },
+    deviceFlow: {
+      enabled: true,
+      charset: 'base-20',
+      mask: '****-****',
+      userCodeInputSource,
+      userCodeConfirmSource,
+      successSource,
+    },
   },
   ttl: {
     AccessToken: 3600,
@@ -142,6 +163,32 @@ function loginPage(uid, { login = '', error = '' } = {}) {
   <p><button type="submit">Sign in</button></p>
 </form>`,
   );
+}
+
+// The device flow's pages: the code the command line printed, then a confirmation.
+async function userCodeInputSource(ctx, form, _out, err) {
+  const message = err
+    ? 'That code is not known or has expired; check it and try again.'
+    : 'Enter the code your command line shows.';
+  ctx.body = page(
+    'Sign in a device',
+    `<p ${err ? 'role="alert"' : ''}>${escape(message)}</p>${form}
+<p><button type="submit" form="op.deviceInputForm">Continue</button></p>`,
+  );
+}
+
+async function userCodeConfirmSource(ctx, form, client, _deviceInfo, userCode) {
+  ctx.body = page(
+    'Confirm the device',
+    `<p>${escape(client.clientName ?? client.clientId)} asks to sign in as you.
+Check that it shows the code <code>${escape(userCode)}</code>.</p>${form}
+<p><button type="submit" form="op.deviceConfirmForm">Confirm</button>
+<button type="submit" form="op.deviceConfirmForm" name="abort" value="yes">Abort</button></p>`,
+  );
+}
+
+async function successSource(ctx) {
+  ctx.body = page('Device signed in', '<p>You may close this page and go back to your command line.</p>');
 }
 
 // RP-initiated log-out ends the provider's session too, without asking.
