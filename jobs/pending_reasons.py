@@ -19,6 +19,8 @@ from django.utils.text import capfirst
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
+from jobs.states import JobState
+
 
 class Family:
     """What kind of wait it is; pages and the API may act on it (a link, an icon)."""
@@ -486,3 +488,13 @@ def _explained(name: str, gpus: int | None) -> tuple[str, str, str] | None:
 def is_explained(name: str) -> bool:
     """Whether ``name`` has an explanation of its own (not the "Slurm says" fallback)."""
     return explain_pending_reason(name).family != Family.UNKNOWN
+
+
+def explain_job_wait(
+    *, state: str, reason: str, nodes: int, gpus_per_node: int
+) -> Explanation | None:
+    """Why a job waits, for a pending one (the job page, the list, the API); None for a
+    job in any other state."""
+    if state != JobState.PENDING:
+        return None
+    return explain_pending_reason(reason, gpus=nodes * gpus_per_node)
