@@ -7,12 +7,13 @@ shown from rows, not model objects (``job_list_items``), for speed.
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiExample
+from drf_spectacular.utils import OpenApiExample, extend_schema_field
 from rest_framework import serializers
 
 from accounts.api_support import related
 from jobs.internals import shared_serializer
 from jobs.models import Job, JobEvent, JobTemplate
+from jobs.pending_reasons import explain_job_wait
 from jobs.requests import TEMPLATE_DEFAULT_FIELDS, JobRequest
 from jobs.specs import MAX_DEPENDENCIES
 from jobs.states import JobState
@@ -111,6 +112,34 @@ class JobEventSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class PendingReasonSerializer(serializers.Serializer):
+    code = serializers.CharField(help_text="Slurm's reason (its name, or its text if unknown).")
+    family = serializers.CharField(
+        help_text="The kind of wait: queued, priority, resources, dependency, held, "
+        "begin_time, partition, nodes, reservation, licenses, gpu_hours, limit, account, "
+        "request, requeued, scheduler or unknown."
+    )
+    sentence = serializers.CharField(help_text="Why it waits, in the request's language.")
+    advice = serializers.CharField(
+        allow_blank=True, help_text="What you can do; empty when it is only a matter of time."
+    )
+
+
+def pending_reason_shown(state: str, reason: str, nodes: int, gpus_per_node: int) -> Any:
+    """A job's ``pending_reason``: its explanation while it pends, else None."""
+    explained = explain_job_wait(
+        state=state, reason=reason, nodes=nodes, gpus_per_node=gpus_per_node
+    )
+    if explained is None:
+        return None
+    return {
+        "code": explained.code,
+        "family": explained.family,
+        "sentence": explained.sentence,
+        "advice": explained.advice,
+    }
+
+
 class JobSerializer(serializers.ModelSerializer):
     owner = related("username")
     project = related("slug")
@@ -144,6 +173,13 @@ class JobSerializer(serializers.ModelSerializer):
     used_gpu_hours = serializers.FloatField(
         read_only=True, allow_null=True, help_text="Charged from accounting once the job ended."
     )
+    pending_reason = serializers.SerializerMethodField(
+        help_text="Why a pending job waits, in words (reason is Slurm's own); null otherwise."
+    )
+
+    @extend_schema_field(PendingReasonSerializer(allow_null=True))
+    def get_pending_reason(self, job: Job) -> Any:
+        return pending_reason_shown(job.state, job.reason, job.nodes, job.gpus_per_node)
 
     class Meta:
         model = Job
@@ -153,6 +189,7 @@ class JobSerializer(serializers.ModelSerializer):
             "slurm_job_id",
             "slurm_state",
             "reason",
+            "pending_reason",
             "exit_code",
             "submit_error",
             "requested_gpu_hours",
@@ -211,7 +248,7 @@ _RELATED_IN_ROW = {
     "partition": "partition__name",
     "template": "template",
 }
-_COMPUTED = {"requested_gpu_hours", "used_gpu_hours", "depends_on"}
+_COMPUTED = {"requested_gpu_hours", "used_gpu_hours", "depends_on", "pending_reason"}
 _LISTED_COLUMNS = [
     name
     for name in JobListItemSerializer.Meta.fields
@@ -246,6 +283,11 @@ def job_list_items(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 value = None if used is None else used / 3600
             elif name == "depends_on":
                 value = row["depends_on_ids"]
+            elif name == "pending_reason":
+                item[name] = pending_reason_shown(
+                    row["state"], row["reason"], row["nodes"], row["gpus_per_node"]
+                )
+                continue
             else:
                 value = row[name]
             item[name] = None if value is None else field.to_representation(value)

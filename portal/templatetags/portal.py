@@ -1,5 +1,5 @@
 """Filters for readable numbers and times: GPU-hours with their unit, relative times
-with the absolute one on hover, job-state badges."""
+with the absolute one on hover, job-state badges, why a pending job waits."""
 
 import datetime as dt
 from decimal import Decimal
@@ -11,6 +11,8 @@ from django.utils import formats, timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
+
+from jobs.pending_reasons import explain_job_wait
 
 register = template.Library()
 
@@ -71,6 +73,21 @@ def minutes(value: int | None) -> str:
 @register.inclusion_tag("includes/state_badge.html")
 def state_badge(job) -> dict:
     return {"state": job.state, "label": job.get_state_display(), "reason": job.reason}
+
+
+@register.inclusion_tag("includes/pending_reason.html")
+def pending_reason(job, compact: bool = False) -> dict:
+    """Why a pending job waits, in words: one line in a list (``compact``); on the job
+    page with what to do and Slurm's own reason. Nothing for a job in another state."""
+    explanation = explain_job_wait(
+        state=job.state, reason=job.reason, nodes=job.nodes, gpus_per_node=job.gpus_per_node
+    )
+    return {
+        "job": job,
+        "explanation": explanation,
+        "compact": compact,
+        "reason": job.reason or "None",
+    }
 
 
 @register.filter

@@ -31,6 +31,28 @@ def test_the_owner_sees_the_job_with_its_timeline(api, alice, project):
     assert shown["used_gpu_hours"] is None and shown["requested_gpu_hours"] == 300 / 3600
 
 
+def test_a_pending_job_says_why_it_waits_in_the_callers_language(api, alice, project):
+    job = make_job(owner=alice, project=project, nodes=2, gpus_per_node=3, reason="Resources")
+    shown = api(alice).get(f"/api/v1/jobs/{job.pk}/").json()
+    assert shown["reason"] == "Resources"
+    assert shown["pending_reason"]["code"] == "Resources"
+    assert shown["pending_reason"]["family"] == "resources"
+    assert "6 GPUs" in shown["pending_reason"]["sentence"]
+    assert shown["pending_reason"]["advice"]
+    japanese = api(alice).get(f"/api/v1/jobs/{job.pk}/", HTTP_ACCEPT_LANGUAGE="ja").json()
+    assert japanese["pending_reason"]["sentence"] != shown["pending_reason"]["sentence"]
+    listed = api(alice).get("/api/v1/jobs/").json()["results"]
+    assert [j["pending_reason"] for j in listed if j["id"] == job.pk] == [shown["pending_reason"]]
+
+
+def test_only_a_pending_job_has_a_pending_reason(api, alice, project):
+    job = make_job(owner=alice, project=project, state=Job.State.RUNNING)
+    assert api(alice).get(f"/api/v1/jobs/{job.pk}/").json()["pending_reason"] is None
+    spent = make_job(owner=alice, project=project, reason="AssocGrpGRESMinutes")
+    reason = api(alice).get(f"/api/v1/jobs/{spent.pk}/").json()["pending_reason"]
+    assert reason["family"] == "gpu_hours" and "PI" in reason["advice"]
+
+
 def test_the_pi_sees_a_members_job(api, alice, pat, project):
     job = make_job(owner=alice, project=project)
     assert api(pat).get(f"/api/v1/jobs/{job.pk}/").status_code == 200

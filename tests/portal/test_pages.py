@@ -103,3 +103,35 @@ def test_the_burn_down_forecasts_the_day_the_balance_runs_out():
         today=today,
     )  # fmt: skip
     assert idle.runs_out_on is None and idle.rate_gpu_hours_per_day == 0
+
+
+def test_a_pending_job_says_why_it_waits_on_its_page_and_in_the_lists(client, alice, project):
+    (spent,) = bulk_jobs(
+        owner=alice, project=project, count=1, state="pending", reason="AssocGrpGRESMinutes"
+    )
+    (waiting,) = bulk_jobs(
+        owner=alice, project=project, count=1, state="pending", name="wait", nodes=2,
+        reason="ReqNodeNotAvail, UnavailableNodes:vm",
+    )  # fmt: skip
+    client.force_login(alice)
+    page = client.get(f"/jobs/{spent.pk}/").content.decode()
+    assert "Your project has used its GPU-hours on this cluster." in page
+    assert "<code>AssocGrpGRESMinutes</code>" in page
+    assert f'href="/projects/{project.slug}/#request"' in page
+    assert "Slurm says: AssocGrpGRESMinutes" not in page
+    waits = client.get(f"/jobs/{waiting.pk}/").content.decode()
+    assert "Nodes it could run on are down" in waits
+    assert "<code>ReqNodeNotAvail, UnavailableNodes:vm</code>" in waits
+    for listing in ("/jobs/", "/", f"/projects/{project.slug}/"):
+        html = client.get(listing).content.decode()
+        assert "Your project has used its GPU-hours on this cluster." in html, listing
+        assert 'title="AssocGrpGRESMinutes"' in html, listing  # Slurm's own, on hover
+    japanese = client.get(f"/jobs/{spent.pk}/", HTTP_ACCEPT_LANGUAGE="ja").content.decode()
+    assert "プロジェクトはこのクラスタのGPU時間を使い切りました。" in japanese
+
+
+def test_a_job_that_does_not_pend_has_no_pending_sentence(client, alice, project):
+    (done,) = bulk_jobs(owner=alice, project=project, count=1, reason="NonZeroExitCode")
+    client.force_login(alice)
+    page = client.get(f"/jobs/{done.pk}/").content.decode()
+    assert "Its last run ended" not in page and "Slurm says: NonZeroExitCode" in page
