@@ -184,8 +184,10 @@ class SignInCallback(OIDCAuthenticationCallbackView):
         if not settings.OIDC_ISSUER:
             raise Http404("No identity provider is configured (PORTAL_OIDC_ISSUER).")
         pending = request.session.get("oidc_states")
+        if not isinstance(pending, dict):
+            pending = {}
         state = request.GET.get("state", "")
-        known = isinstance(pending, dict) and state in pending
+        known = state in pending
         if error := request.GET.get("error"):
             if known:  # that sign-in is over: its state may not be used again
                 del pending[state]
