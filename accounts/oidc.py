@@ -192,12 +192,12 @@ class SignInCallback(OIDCAuthenticationCallbackView):
             if known:  # that sign-in is over: its state may not be used again
                 del pending[state]
                 request.session.modified = True
-            logger.info("sign-in with %s ended at the provider: %s", settings.OIDC_ISSUER, error)
+            logger.info("sign-in with %s ended there: %.100r", settings.OIDC_ISSUER, error)
             return self._back_to_login(
                 _("Signing in was cancelled or refused at %(name)s.") % {"name": settings.OIDC_NAME}
             )
         if not known or not request.GET.get("code"):
-            logger.warning("sign-in callback refused: no sign-in of this browser has that state")
+            logger.warning("sign-in callback refused: no code, or a state this browser never had")
             return self._back_to_login(
                 _("This sign-in link has expired or was used; sign in again.")
             )
@@ -206,7 +206,7 @@ class SignInCallback(OIDCAuthenticationCallbackView):
             del pending[state]
             request.session.modified = True
             logger.warning(
-                "sign-in callback refused: from issuer %r, not %r",
+                "sign-in callback refused: from issuer %.100r, not %r",
                 request.GET["iss"],
                 settings.OIDC_ISSUER,
             )
