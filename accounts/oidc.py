@@ -126,6 +126,12 @@ class ProviderBackend(OIDCAuthenticationBackend):
             self.OIDC_OP_USER_ENDPOINT = metadata["userinfo_endpoint"]
             self.OIDC_OP_JWKS_ENDPOINT = metadata["jwks_uri"]
             return super().authenticate(request, **kwargs)
+        except requests.HTTPError as error:
+            if error.response is None or error.response.status_code >= 500:
+                _unavailable(request, error)
+            else:  # the provider refused the code: used, expired, or never its own
+                logger.warning("sign-in with %s refused: %s", settings.OIDC_ISSUER, error)
+                messages.error(request, _("The sign-in could not be verified; try again."))
         except (ProviderUnavailable, requests.RequestException) as error:
             _unavailable(request, error)
         except SuspiciousOperation as error:  # a token that does not verify
@@ -166,21 +172,53 @@ class SignInStart(OIDCAuthenticationRequestView):
 
 
 class SignInCallback(OIDCAuthenticationCallbackView):
-    """``/oidc/callback/``: the provider sends the browser back here with a code."""
+    """``/oidc/callback/``: the provider sends the browser back here with a code.
+
+    Whatever the query string, the answer is the page the sign-in leads to or the log-in
+    page with a message: a state this browser never started (an old tab, a forged link)
+    or an error from the provider ends here, before the provider is asked anything. An
+    error does not log out whoever is signed in (the parent's habit): the link is a GET
+    that anyone can send."""
 
     def get(self, request: HttpRequest) -> HttpResponse:
         if not settings.OIDC_ISSUER:
             raise Http404("No identity provider is configured (PORTAL_OIDC_ISSUER).")
+        pending = request.session.get("oidc_states")
+        if not isinstance(pending, dict):
+            pending = {}
+        state = request.GET.get("state", "")
+        known = state in pending
         if error := request.GET.get("error"):
-            logger.info("sign-in with %s ended at the provider: %s", settings.OIDC_ISSUER, error)
-            messages.error(
-                request,
-                _("Signing in was cancelled or refused at %(name)s.")
-                % {"name": settings.OIDC_NAME},
+            if known:  # that sign-in is over: its state may not be used again
+                del pending[state]
+                request.session.modified = True
+            logger.info("sign-in with %s ended there: %.100r", settings.OIDC_ISSUER, error)
+            return self._back_to_login(
+                _("Signing in was cancelled or refused at %(name)s.") % {"name": settings.OIDC_NAME}
             )
-        try:
-            return super().get(request)
-        except SuspiciousOperation as error:  # a state this browser never started
-            logger.warning("sign-in callback refused: %s", error)
-            messages.error(request, _("This sign-in link has expired or was used; sign in again."))
-            return redirect("login")
+        if not known or not request.GET.get("code"):
+            logger.warning("sign-in callback refused: no code, or a state this browser never had")
+            return self._back_to_login(
+                _("This sign-in link has expired or was used; sign in again.")
+            )
+        # RFC 9207: a provider that names itself must be ours (a mix-up otherwise).
+        if request.GET.get("iss", settings.OIDC_ISSUER) != settings.OIDC_ISSUER:
+            del pending[state]
+            request.session.modified = True
+            logger.warning(
+                "sign-in callback refused: from issuer %.100r, not %r",
+                request.GET["iss"],
+                settings.OIDC_ISSUER,
+            )
+            return self._back_to_login(_("The sign-in could not be verified; try again."))
+        return super().get(request)
+
+    def login_failure(self) -> HttpResponse:
+        # The backend says why when it knows (accounts.identity, the provider's answer).
+        if not len(messages.get_messages(self.request)):
+            messages.error(self.request, _("Signing in did not finish; try again."))
+        return super().login_failure()
+
+    def _back_to_login(self, message: str) -> HttpResponse:
+        messages.error(self.request, message)
+        return redirect("login")

@@ -523,6 +523,13 @@ PAGES: dict[str, Page] = {
     "healthz": Page(one("healthz", signed_in(200, 200))),
     "login": Page(one("login", signed_in(302, 200)), reads=("next",)),
     "logout": Page(one("logout", signed_in(405, 405))),
+    # Off to the provider's log-in page; a callback this browser did not start, or an
+    # error from the provider, back to the log-in page (with a message, never a 5xx).
+    "oidc_start": Page(one("oidc_start", signed_in(302, 302)), reads=("next",)),
+    "oidc_callback": Page(
+        one("oidc_callback", signed_in(302, 302), query="?code=x&state=y"),
+        reads=("code", "state", "error", "error_description", "iss"),
+    ),
     "set_language": Page(one("set_language", signed_in(302, 302)), reads=("next",)),
     "admin_login": Page(
         one("admin_login", signed_in(200, 200, manager=302, superuser=302)), reads=("next",)

@@ -14,6 +14,13 @@ project), the project's PI (pat), an allocation manager (olga, staff and in the
 allocation managers' group), a staff user without any permission, an outsider
 (charlie, PI of another project only), and three callers without an identity:
 no credentials at all, the owner's expired token, the owner's revoked token.
+Two more came in by single sign-on, made by ``accounts.identity.sign_in`` as at a
+first sign-in: a member of the owner's project through the provider's groups (olga,
+from OpenID Connect claims) and a PI of the other project through the directory's
+groups (dora, from an LDAP entry). Each must get exactly what the local persona of
+the same standing (the teammate, the outsider) gets, ``LIKE``: the way in gives no
+more and no less. A job runs as a login of the web host (its home is the default
+working directory), and the host has five: the manager has none, as in the demo.
 Nothing here reaches Slurm: the only cluster is offline (see conftest).
 """
 
@@ -28,19 +35,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from django.test import Client
+from django.conf import settings
+from django.test import Client, override_settings
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 
+from accounts.identity import Person, sign_in
 from accounts.models import (
     Allocation,
     AllocationRequest,
+    ExternalIdentity,
     LedgerEntry,
     PersonalAccessToken,
     Project,
     SlurmAccountListing,
     User,
 )
+from accounts.oidc import person_from_claims
 from accounts.requests import allocation_request_create
 from accounts.tokens import token_create
 from clusters.models import Cluster, Partition
@@ -65,8 +76,12 @@ OWNER, TEAMMATE, PI, MANAGER, STAFF, OUTSIDER = (
     "staff",
     "outsider",
 )
+OIDC_TEAMMATE, LDAP_OUTSIDER = "oidc-teammate", "ldap-outsider"
 ANONYMOUS, EXPIRED, REVOKED = "anonymous", "expired", "revoked"
-SIGNED_IN = (OWNER, TEAMMATE, PI, MANAGER, STAFF, OUTSIDER)
+# The personas who signed in through the provider or the directory, and the local
+# persona whose answers are theirs.
+LIKE = {OIDC_TEAMMATE: TEAMMATE, LDAP_OUTSIDER: OUTSIDER}
+SIGNED_IN = (OWNER, TEAMMATE, PI, MANAGER, STAFF, OUTSIDER, *LIKE)
 SIGNED_OUT = (ANONYMOUS, EXPIRED, REVOKED)
 PERSONAS = SIGNED_IN + SIGNED_OUT
 
@@ -94,6 +109,7 @@ LOGIN = Redirect("/login/?next=")
 ADMIN_LOGIN = Redirect("/admin/login/?next=")
 MOVED = Redirect("")
 TO_LOGIN_PAGE = Redirect("/login/", exact=True)  # where logging out leads
+TO_PROVIDER = Redirect(f"{settings.OIDC_ISSUER}/auth?")  # the identity provider's log-in
 Expected = int | Redirect
 
 
@@ -106,9 +122,10 @@ def refused(expected: Expected) -> bool:
 def expect(signed_in: Expected, signed_out: Expected, **by_persona: Expected) -> dict:
     """Every persona's answer: ``signed_in`` for those with an identity, ``signed_out``
     for the rest, and ``by_persona`` where one differs."""
-    unknown = set(by_persona) - set(PERSONAS)
+    unknown = set(by_persona) - (set(PERSONAS) - set(LIKE))
     assert not unknown, unknown
-    return dict.fromkeys(SIGNED_IN, signed_in) | dict.fromkeys(SIGNED_OUT, signed_out) | by_persona
+    codes = dict.fromkeys(SIGNED_IN, signed_in) | dict.fromkeys(SIGNED_OUT, signed_out) | by_persona
+    return codes | {sso: codes[local] for sso, local in LIKE.items()}
 
 
 @dataclass(frozen=True)
@@ -127,13 +144,47 @@ class World:
     dead_tokens: dict[str, str]
 
 
+# The site's mapping of groups to projects, for the module.
+SSO_GROUPS = [("sec-alpha-members", "sec-alpha", "member"), ("sec-beta-pis", "sec-beta", "pi")]
+
+
+def sso_personas_sign_in() -> dict[str, User]:
+    """The SSO personas' first sign-in. The provider's site has no directory here (the
+    matrix asks nothing of slapd); a worker answers the Unix login survey at once, as
+    it knows of no cluster (this module's are never committed)."""
+    with override_settings(LDAP_URL="", GROUP_PROJECTS=SSO_GROUPS):
+        olga = sign_in(
+            person_from_claims(
+                {
+                    "sub": "u-sec-olga",
+                    "preferred_username": "olga.ortiz",
+                    "uid": "olga",
+                    "email": "olga@portal.test",
+                    "groups": ["sec-alpha-members"],
+                }
+            )
+        )
+        dora = sign_in(
+            Person(
+                source=ExternalIdentity.Source.LDAP,
+                issuer="ldap://127.0.0.1:3389",
+                subject="uid=dora,ou=people,dc=portal,dc=test",
+                login="dora",
+                posix_username="dora",
+                email="dora@portal.test",
+                groups=frozenset({"sec-beta-pis"}),
+            )
+        )
+    return {OIDC_TEAMMATE: olga, LDAP_OUTSIDER: dora}
+
+
 def build_world(output_dir: Path) -> World:
     cluster = offline_cluster_create()
     users = {
         OWNER: person("sec-owner", posix="alice"),
         TEAMMATE: person("sec-teammate", posix="bob"),
         PI: person("sec-pi", posix="pat"),
-        MANAGER: person("sec-manager", posix="olga", staff=True, manager=True),
+        MANAGER: person("sec-manager", staff=True, manager=True),
         STAFF: person("sec-staff", staff=True),
         OUTSIDER: person("sec-outsider", posix="charlie"),
     }
@@ -143,6 +194,7 @@ def build_world(output_dir: Path) -> World:
         members={users[OWNER]: "member", users[TEAMMATE]: "member", users[PI]: "pi"},
     )
     other = funded_project("sec-beta", cluster=cluster, members={users[OUTSIDER]: "pi"})
+    users |= sso_personas_sign_in()
     allocation = project.allocations.get()
     partition = cluster.partitions.get(name="debug")
     job = Job.objects.create(
@@ -213,7 +265,7 @@ def write_output(output_dir: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def _module_world(django_db_setup, django_db_blocker) -> Iterator[World]:
+def _module_world(django_db_setup, django_db_blocker, celery_worker) -> Iterator[World]:
     output_dir = Path(pwd.getpwnam("alice").pw_dir) / "portal-tests" / f"sec-{uuid.uuid4().hex[:8]}"
     write_output(output_dir)
     with kept_for_the_module(django_db_blocker):
@@ -222,7 +274,7 @@ def _module_world(django_db_setup, django_db_blocker) -> Iterator[World]:
 
 
 @pytest.fixture
-def world(_module_world, db, celery_worker) -> World:
+def world(_module_world, db) -> World:
     return _module_world
 
 
@@ -330,6 +382,13 @@ ROWS = [
         expect(200, 200, manager=Redirect("/admin/", exact=True),
                staff=Redirect("/admin/", exact=True))),
     Row("logout", "GET", at("logout"), expect(405, 405)),  # no state change on GET
+    # Sign-in with the provider: off to its log-in page, whoever asks; a callback this
+    # browser did not start leads back to the log-in page, and logs no one out.
+    Row("oidc_start", "GET", at("oidc_start"), expect(TO_PROVIDER, TO_PROVIDER)),
+    Row("oidc_callback", "GET", at("oidc_callback", query="?code=x&state=y"),
+        expect(TO_LOGIN_PAGE, TO_LOGIN_PAGE)),
+    Row("oidc_callback", "GET", at("oidc_callback", query="?error=access_denied"),
+        expect(TO_LOGIN_PAGE, TO_LOGIN_PAGE), label="oidc_callback?error"),
     Row("logout", "POST", at("logout"), expect(TO_LOGIN_PAGE, TO_LOGIN_PAGE), changes=False),
     Row("set_language", "POST", at("set_language"), expect(MOVED, MOVED), changes=False,
         data=lambda w: {"language": "en", "next": "/"}),
@@ -543,7 +602,23 @@ def test_the_matrix(world, row, persona):
     if row.reveals:
         marker, seers = row.reveals
         shown = marker(world) in response.content.decode()
-        assert shown == (persona in seers), f"{marker(world)!r} shown: {shown}"
+        assert shown == (LIKE.get(persona, persona) in seers), f"{marker(world)!r} shown: {shown}"
+
+
+def test_the_sso_personas_came_in_by_signing_in(world):
+    """They are users of their own, made at their first sign-in, with the standing the
+    groups gave them (not one made by hand or linked to a local persona)."""
+    for persona, source, project, role in (
+        (OIDC_TEAMMATE, "oidc", world.project, "member"),
+        (LDAP_OUTSIDER, "ldap", world.other_project, "pi"),
+    ):
+        user = world.users[persona]
+        assert user.identities.get().source == source
+        assert not user.has_usable_password()
+        assert [(m.project, m.role, m.source) for m in user.memberships.all()] == [
+            (project, role, "directory")
+        ]
+    assert len({user.pk for user in world.users.values()}) == len(world.users)
 
 
 # --- the table is complete and well formed -------------------------------------------
