@@ -18,8 +18,16 @@ from rest_framework.views import APIView
 from accounts import tokens
 from accounts.api import NewTokenSerializer, TokenCreateSerializer
 from accounts.identity import SignInRefused, sign_in
-from accounts.oidc import ProviderUnavailable, person_from_claims, provider_metadata
-from accounts.oidc_tokens import TokenInvalid, cli_claims
+from accounts.oidc import person_from_claims
+from accounts.oidc_provider import ProviderUnavailable, TokenInvalid, cli_claims, provider_metadata
+
+
+class SignInInvalid(exceptions.APIException):
+    """401, as for a dead token: what was sent proves no one (not AuthenticationFailed,
+    which DRF turns into a 403 on a view without authentication)."""
+
+    status_code = status.HTTP_401_UNAUTHORIZED
+    default_code = "sign_in_invalid"
 
 
 class ProviderDown(exceptions.APIException):
@@ -28,13 +36,13 @@ class ProviderDown(exceptions.APIException):
     default_detail = "The sign-in provider does not answer; try again soon."
 
 
-def _metadata() -> dict:
+def _metadata(*, refresh: bool = False) -> dict:
     if not (settings.OIDC_ISSUER and settings.OIDC_CLI_CLIENT_ID):
         raise exceptions.NotFound(
             "The portal signs the command line in with tokens made in the browser only."
         )
     try:
-        return provider_metadata()
+        return provider_metadata(refresh=refresh)
     except ProviderUnavailable:
         raise ProviderDown() from None
 
@@ -65,6 +73,8 @@ class SignIn(APIView):
     )
     def get(self, request: Request) -> Response:
         metadata = _metadata()
+        if not metadata.get("device_authorization_endpoint"):
+            metadata = _metadata(refresh=True)  # the provider may have turned it on since
         if not metadata.get("device_authorization_endpoint"):
             raise exceptions.NotFound("The site's provider offers no device flow.")
         return Response(
@@ -109,9 +119,7 @@ class TokenFromSignIn(APIView):
             claims = cli_claims(id_token=data["id_token"], access_token=data["access_token"])
             user = sign_in(person_from_claims(claims))
         except TokenInvalid as error:
-            raise exceptions.AuthenticationFailed(
-                f"This sign-in cannot be used: {error}.", code="sign_in_invalid"
-            ) from None
+            raise SignInInvalid(f"This sign-in cannot be used: {error}.") from None
         except SignInRefused as refusal:
             raise exceptions.PermissionDenied(refusal.message) from None
         except ProviderUnavailable:

@@ -6,7 +6,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
 from accounts import directory
-from accounts.oidc import ProviderUnavailable, provider_metadata
+from accounts.oidc_provider import ProviderUnavailable, provider_metadata
 
 
 @register()

@@ -8,16 +8,13 @@ matched by the provider's ``sub`` (``ExternalIdentity``), never by e-mail or the
 they typed; ``accounts.identity.sign_in`` does the rest, as for the directory.
 """
 
-import contextlib
 import logging
 from typing import Any
 
-import httpx
 import requests
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.backends import ModelBackend
-from django.core.cache import cache
 from django.core.exceptions import SuspiciousOperation
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
@@ -25,50 +22,17 @@ from django.utils.translation import gettext as _
 from django.views import View
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
-from redis.exceptions import RedisError
 
 from accounts.identity import Person, SignInRefused, sign_in
 from accounts.models import ExternalIdentity, User
+from accounts.oidc_provider import (
+    ProviderUnavailable,
+    TokenInvalid,
+    provider_metadata,
+    verified_id_token,
+)
 
 logger = logging.getLogger(__name__)
-
-METADATA_KEPT_S = 3600
-REQUIRED_ENDPOINTS = ("authorization_endpoint", "token_endpoint", "jwks_uri", "userinfo_endpoint")
-
-
-class ProviderUnavailable(Exception):
-    """The provider's discovery document could not be read or does not fit; says why."""
-
-
-def _metadata_key() -> str:
-    return f"accounts:oidc:metadata:{settings.OIDC_ISSUER}"
-
-
-def provider_metadata() -> dict[str, Any]:
-    """The provider's discovery document (kept an hour in the cache)."""
-    try:
-        cached = cache.get(_metadata_key())
-    except RedisError:
-        cached = None
-    if cached:
-        return cached
-    url = f"{settings.OIDC_ISSUER}/.well-known/openid-configuration"
-    try:
-        response = httpx.get(url, timeout=settings.OIDC_TIMEOUT)
-        response.raise_for_status()
-        document = response.json()
-    except (httpx.HTTPError, ValueError) as error:
-        raise ProviderUnavailable(f"{url}: {error}") from None
-    if not isinstance(document, dict) or document.get("issuer") != settings.OIDC_ISSUER:
-        said = document.get("issuer") if isinstance(document, dict) else None
-        raise ProviderUnavailable(
-            f"{url} names the issuer {said!r}, not PORTAL_OIDC_ISSUER={settings.OIDC_ISSUER!r}"
-        )
-    if missing := [name for name in REQUIRED_ENDPOINTS if not document.get(name)]:
-        raise ProviderUnavailable(f"{url} names no {', '.join(missing)}")
-    with contextlib.suppress(RedisError):
-        cache.set(_metadata_key(), document, timeout=METADATA_KEPT_S)
-    return document
 
 
 def _unavailable(request: HttpRequest, error: Exception) -> None:
@@ -124,7 +88,6 @@ class ProviderBackend(OIDCAuthenticationBackend):
             metadata = provider_metadata()
             self.OIDC_OP_TOKEN_ENDPOINT = metadata["token_endpoint"]
             self.OIDC_OP_USER_ENDPOINT = metadata["userinfo_endpoint"]
-            self.OIDC_OP_JWKS_ENDPOINT = metadata["jwks_uri"]
             return super().authenticate(request, **kwargs)
         except requests.HTTPError as error:
             if error.response is None or error.response.status_code >= 500:
@@ -140,6 +103,18 @@ class ProviderBackend(OIDCAuthenticationBackend):
         except SignInRefused as refusal:
             messages.error(request, refusal.message)
         return None
+
+    def verify_token(self, token: str, **kwargs: Any) -> dict[str, Any]:
+        """The ID token's claims: signed by the provider's key, for the portal's client
+        and by the configured issuer (the parent checks the signature alone), with this
+        sign-in's nonce."""
+        try:
+            payload = verified_id_token(token, audience=self.OIDC_RP_CLIENT_ID)
+        except TokenInvalid as error:
+            raise SuspiciousOperation(f"the ID token: {error}") from None
+        if payload.get("nonce") != kwargs.get("nonce"):
+            raise SuspiciousOperation("the ID token's nonce is not this sign-in's")
+        return payload
 
     def get_or_create_user(self, access_token: str, id_token: str, payload: dict) -> User:
         claims = {**payload, **self.get_userinfo(access_token, id_token, payload)}

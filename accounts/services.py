@@ -98,13 +98,15 @@ def membership_set(
             project=project, user=user, defaults={"role": role, "source": source}
         )
         was = membership.role
+        # A group's doing is said in the audit log; by hand is the default, left unsaid.
+        by_group = {"source": source} if source != Membership.Source.MANUAL else {}
         if membership.role != role or membership.source != source:
             membership.role = role
             membership.source = source
             membership.save(update_fields=["role", "source"])
         if created:
             _audit_membership(
-                actor, AuditEvent.Action.MEMBERSHIP_ADD, membership, role=role, source=source
+                actor, AuditEvent.Action.MEMBERSHIP_ADD, membership, role=role, **by_group
             )
         elif was != role:
             _audit_membership(
@@ -113,7 +115,7 @@ def membership_set(
                 membership,
                 role=role,
                 was=was,
-                source=source,
+                **by_group,
             )
     if created:
         logger.info("project %s: %s added as %s by %s", project.slug, user, role, _by(actor))

@@ -34,24 +34,27 @@ def form_of(page: httpx.Response, form_id: str | None = None) -> tuple[str, dict
             action = html.unescape(re.search(r'action="([^"]*)"', attributes)[1])
             fields = {
                 html.unescape(name): html.unescape(value)
-                for name, value in re.findall(r'<input[^>]*name="([^"]+)"[^>]*value="([^"]*)"', body)
+                for name, value in re.findall(
+                    r'<input[^>]*name="([^"]+)"[^>]*value="([^"]*)"', body
+                )
             }
             return str(page.url.join(action)), fields
     raise AssertionError(f"no form {form_id or ''} in {page.url}:\n{text[:2000]}")
 
 
 def confirm_on_the_provider(link: str, login: str) -> httpx.Response:
-    """What the person does in their browser: the code, the provider's log-in, confirm."""
+    """What the person does in their browser: open the link (it carries the code and
+    sends itself on), confirm the device, sign in on the provider's page."""
     with httpx.Client(follow_redirects=True, timeout=15) as browser:
         page = browser.get(link)
-        action, fields = form_of(page, "op.deviceInputForm")
-        page = browser.post(action, data=fields)  # the code is in the link already
+        action, fields = form_of(page)  # the page that sends the code on by itself
+        page = browser.post(action, data=fields)
+        action, fields = form_of(page, "op.deviceConfirmForm")
+        page = browser.post(action, data=fields)
         action, fields = form_of(page)
-        page = browser.post(
+        return browser.post(
             action, data={**fields, "username": login, "password": provider_password(login)}
         )
-        action, fields = form_of(page, "op.deviceConfirmForm")
-        return browser.post(action, data=fields)
 
 
 def sgp(*args: str, config: Path) -> subprocess.Popen:
@@ -145,7 +148,9 @@ def test_a_token_signed_by_another_key_or_used_twice_is_refused(live_server):
     assert "signed with 'HS256'" in refused.json()["error"]["message"]
 
     token = forged()
-    first = httpx.post(url, json={"id_token": token, "access_token": "not-the-providers", "name": "n"})
+    first = httpx.post(
+        url, json={"id_token": token, "access_token": "not-the-providers", "name": "n"}
+    )
     assert "does not take the access token" in first.json()["error"]["message"]
     again = httpx.post(url, json={"id_token": token, "access_token": "x", "name": "n"})
     assert again.status_code == 401
@@ -160,5 +165,7 @@ def test_the_command_line_learns_where_the_provider_is(client, settings):
 
     settings.OIDC_CLI_CLIENT_ID = ""
     assert client.get("/api/v1/sign-in/").status_code == 404
-    answer = client.post("/api/v1/tokens/sign-in/", {"id_token": "x"}, content_type="application/json")
+    answer = client.post(
+        "/api/v1/tokens/sign-in/", {"id_token": "x"}, content_type="application/json"
+    )
     assert answer.status_code == 404

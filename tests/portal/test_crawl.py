@@ -672,6 +672,8 @@ PAGES: dict[str, Page] = {
     ),
     "api:tokens": Page(one("api:tokens", api(200))),
     "api:token": Page(one("api:token", api(405), lambda w: w.token_id)),
+    "api:sign-in": Page(one("api:sign-in", api(200, anonymous=200))),
+    "api:token-sign-in": Page(one("api:token-sign-in", api(405, anonymous=405))),
     "api:schema": Page(one("api:schema", api(200, anonymous=200)), reads=("format", "lang")),
     "api:docs": Page(one("api:docs", api(200, anonymous=200))),
 }

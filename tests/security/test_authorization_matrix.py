@@ -506,6 +506,11 @@ ROWS = [
     # A token cannot mint tokens (only a browser session can).
     Row("api:tokens", "POST", at("api:tokens"), expect(403, 401), data=lambda w: {"name": "x"}),
     Row("api:token", "DELETE", at("api:token", lambda w: w.token.pk), expect(404, 401, owner=204)),
+    # The command line's sign-in through the provider: where it is, for anyone; a token
+    # the provider did not sign for the command line is refused whoever sends it.
+    Row("api:sign-in", "GET", at("api:sign-in"), expect(200, 200)),
+    Row("api:token-sign-in", "POST", at("api:token-sign-in"), expect(401, 401),
+        data=lambda w: {"id_token": "not.a.token", "access_token": "x", "name": "laptop"}),
     # The schema and docs are public, but a dead token is still told it is dead.
     Row("api:schema", "GET", at("api:schema"), expect(200, 401, anonymous=200)),
     Row("api:docs", "GET", at("api:docs"), expect(200, 401, anonymous=200)),

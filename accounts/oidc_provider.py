@@ -1,6 +1,10 @@
-"""The provider's tokens, checked: ID tokens for the browser's sign-in and for the
-command line's (``sgp login --sso``, the device flow), which trades one for a portal
-token.
+"""The site's OpenID provider as the portal reads it: its discovery document, its keys
+and the tokens it signs, for the browser's sign-in (``accounts.oidc``) and the command
+line's (``sgp login --sso``, the device flow, which trades an ID token for a portal
+token: ``accounts.api_sign_in``).
+
+The discovery document and the keys are read when first needed and kept an hour, so
+the portal starts, and other log-ins work, while the provider is down.
 
 An ID token counts only when the provider's key signed it (its JWKS, read from the
 discovery document and kept an hour), it names the configured issuer and, as its
@@ -23,9 +27,47 @@ from django.conf import settings
 from django.core.cache import cache
 from redis.exceptions import RedisError
 
-from accounts.oidc import ProviderUnavailable, provider_metadata
-
 logger = logging.getLogger(__name__)
+
+METADATA_KEPT_S = 3600
+REQUIRED_ENDPOINTS = ("authorization_endpoint", "token_endpoint", "jwks_uri", "userinfo_endpoint")
+
+
+class ProviderUnavailable(Exception):
+    """The provider's discovery document or keys could not be read, or do not fit."""
+
+
+def _metadata_key() -> str:
+    return f"accounts:oidc:metadata:{settings.OIDC_ISSUER}"
+
+
+def provider_metadata(*, refresh: bool = False) -> dict[str, Any]:
+    """The provider's discovery document (kept an hour in the cache; ``refresh``: read
+    again, e.g. for an endpoint the kept one lacks)."""
+    cached = None
+    if not refresh:
+        with contextlib.suppress(RedisError):
+            cached = cache.get(_metadata_key())
+    if cached:
+        return cached
+    url = f"{settings.OIDC_ISSUER}/.well-known/openid-configuration"
+    try:
+        response = httpx.get(url, timeout=settings.OIDC_TIMEOUT)
+        response.raise_for_status()
+        document = response.json()
+    except (httpx.HTTPError, ValueError) as error:
+        raise ProviderUnavailable(f"{url}: {error}") from None
+    if not isinstance(document, dict) or document.get("issuer") != settings.OIDC_ISSUER:
+        said = document.get("issuer") if isinstance(document, dict) else None
+        raise ProviderUnavailable(
+            f"{url} names the issuer {said!r}, not PORTAL_OIDC_ISSUER={settings.OIDC_ISSUER!r}"
+        )
+    if missing := [name for name in REQUIRED_ENDPOINTS if not document.get(name)]:
+        raise ProviderUnavailable(f"{url} names no {', '.join(missing)}")
+    with contextlib.suppress(RedisError):
+        cache.set(_metadata_key(), document, timeout=METADATA_KEPT_S)
+    return document
+
 
 JWKS_KEPT_S = 3600
 # How old a command line's ID token may be when it is traded (the device flow has just
