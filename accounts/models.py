@@ -417,6 +417,9 @@ class ReconcileReport(models.Model):
     actions = models.JSONField(default=list)
     errors = models.JSONField(default=list)
     warnings = models.JSONField(default=list)
+    # {"vision": {"share": 0.2, "usage": 0.09}, …}: each project account's fair-share
+    # standing (sshare's NormShares and EffectvUsage) when the run read its usage.
+    standings = models.JSONField(default=dict)
 
     def __str__(self) -> str:
         return f"reconcile of {self.cluster} at {self.ran_at:%Y-%m-%d %H:%M}"

@@ -84,6 +84,9 @@ class Run:
             for adoption in AdoptedAccount.objects.filter(cluster=cluster)
         }
         self._parent_present: bool | None = None
+        # Each account's fair-share standing as Slurm gave it with its usage (the
+        # project page shows it in words: accounts.fair_share).
+        self.standings: dict[str, dict[str, float | None]] = {}
 
     def check_parent(self) -> None:
         parent = self.cluster.parent_account
@@ -131,6 +134,7 @@ class Report:
     actions: list[Action] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    standings: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
 
 def gpu_minutes_limit_for(
@@ -233,6 +237,7 @@ def _plan_project(run: Run, project: Project, warnings: list[str]) -> list[Actio
         run.check_parent()
         actions.append(Action(account, "add account"))
         state, used = _ABSENT, MinutesUsed(gpu=0, cpu=0)
+    run.standings[account] = {"share": used.share, "usage": used.usage}
     present = set(state.users)
     kept = set(adoption.kept_users) if adoption is not None else set()
     actions += [Action(account, "add user", user) for user in sorted(wanted - present)]
@@ -366,6 +371,7 @@ def reconcile(*, cluster: Cluster, dry_run: bool = False) -> Report:
         _carry_out(report, run, project, partial(_plan_project, run, project, report.warnings))
     for project in projects_to_block(cluster):
         _carry_out(report, run, project, partial(_plan_blocked_project, run, project))
+    report.standings = run.standings
     reconcile_report_save(cluster=cluster, report=report)
     return report
 
@@ -421,6 +427,7 @@ def reconcile_report_save(*, cluster: Cluster, report: Report) -> ReconcileRepor
             ],
             "errors": report.errors,
             "warnings": report.warnings,
+            "standings": report.standings,
         },
     )
     return saved

@@ -18,6 +18,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from accounts.errors import NotAllowed, Refused
+from accounts.fair_share import project_standings
 from accounts.models import Allocation, Project, User
 from accounts.permissions import is_lead_role, membership_of
 from accounts.requests import allocation_request_create
@@ -175,6 +176,7 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "past_allocations": [a for a in allocations if a.state != Allocation.State.ACTIVE],
         "jobs": list(jobs[:25]),
         "form": form,
+        "standings": project_standings(project),
     }
     if leads:
         context["members"] = list(

@@ -32,13 +32,14 @@ from clusters.slurm.parsing import (
     SACCTMGR_ASSOCIATION_FORMAT,
     SINFO_PARTITION_FORMAT,
     SQUEUE_FORMAT,
+    SSHARE_FORMAT,
     parse_sacct,
     parse_sacctmgr_accounts,
     parse_sacctmgr_associations,
     parse_sinfo_partitions,
     parse_squeue,
+    parse_sshare_account,
     parse_test_only,
-    parse_tres_usage_minutes,
     slurm_accounts,
 )
 from clusters.slurm.states import UNSTARTED_END_STATES
@@ -379,16 +380,12 @@ class CliClient:
     def minutes_used(self, account: str) -> MinutesUsed:
         result = self._run(
             ["sshare", "--noheader", "--parsable2", f"--accounts={account}",
-             f"--clusters={self.cluster_name}", "--format=Account,User,GrpTRESRaw"]
+             f"--clusters={self.cluster_name}", SSHARE_FORMAT]
         )  # fmt: skip
-        for line in result.stdout.splitlines():
-            fields = line.split("|")
-            if len(fields) == 3 and fields[0].strip() == account and not fields[1]:
-                return MinutesUsed(
-                    gpu=parse_tres_usage_minutes(fields[2], "gres/gpu"),
-                    cpu=parse_tres_usage_minutes(fields[2], "cpu"),
-                )
-        raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
+        used = parse_sshare_account(result.stdout, account)
+        if used is None:
+            raise NotFound(f"Slurm has no account {account!r} on {self.cluster_name}")
+        return used
 
 
 def _limit_value(value: int | None) -> str:

@@ -9,6 +9,7 @@ from clusters.slurm.states import normalise_state
 from clusters.slurm.types import (
     AccountingEntry,
     AccountLimits,
+    MinutesUsed,
     PartitionInfo,
     QueueEntry,
     SlurmAccount,
@@ -310,6 +311,33 @@ def parse_tres_usage_minutes(grp_tres_raw: str, tres: str) -> int:
         if name == tres:
             return int(float(value))
     return 0
+
+
+SSHARE_FORMAT = "--format=Account,User,GrpTRESRaw,NormShares,EffectvUsage"
+
+
+@reads_slurm_output
+def parse_sshare_account(text: str, account: str) -> MinutesUsed | None:
+    """The account's own line of ``sshare --parsable2 SSHARE_FORMAT`` (not its users'):
+    raw usage in minutes and its fair-share standing; None when it is not listed."""
+    for line in text.splitlines():
+        fields = line.split("|")
+        if len(fields) == 5 and fields[0].strip() == account and not fields[1]:
+            return MinutesUsed(
+                gpu=parse_tres_usage_minutes(fields[2], "gres/gpu"),
+                cpu=parse_tres_usage_minutes(fields[2], "cpu"),
+                share=_fraction(fields[3]),
+                usage=_fraction(fields[4]),
+            )
+    return None
+
+
+def _fraction(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if 0 <= value < float("inf") else None
 
 
 @reads_slurm_output

@@ -576,7 +576,21 @@ def minutes_used(payload: Json, account: str) -> MinutesUsed | None:
         return MinutesUsed(
             gpu=int(float(usage.get("gres/gpu") or 0) // 60),
             cpu=int(float(usage.get("cpu") or 0) // 60),
+            share=_share_number(share.get("shares_normalized")),
+            usage=_share_number(share.get("effective_usage")),
         )
+    return None
+
+
+def _share_number(value: Json) -> float | None:
+    """A fraction of /shares, a number object ``{set, infinite, number}`` (or a bare number)."""
+    number: object = value
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        number = value.get("number")
+    if isinstance(number, int | float) and not isinstance(number, bool):
+        return float(number) if 0 <= number < float("inf") else None
     return None
 
 

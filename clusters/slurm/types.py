@@ -129,6 +129,11 @@ class MinutesUsed:
 
     gpu: int  # GPU-minutes
     cpu: int  # CPU-minutes
+    # The account's standing in the fair-share tree among its siblings (sshare's NormShares
+    # and EffectvUsage): the part of the cluster it is entitled to, and the part of the
+    # (decayed) usage it had. None where Slurm did not say.
+    share: float | None = None
+    usage: float | None = None
 
 
 @dataclass(frozen=True)

@@ -382,7 +382,11 @@ def test_accounts_and_associations_are_ensured_once(client, site):
         with pytest.raises(NotFound):
             client.ensure_user_association(user=USER, account=f"n{uuid.uuid4().hex[:10]}")
         if limits_supported(client):
-            assert client.minutes_used(account).gpu == 0
+            used = client.minutes_used(account)
+            assert used.gpu == 0
+            # Its fair-share standing comes with it: a share of the tree, no usage yet.
+            assert used.share is not None and 0 < used.share <= 1
+            assert used.usage == 0
     finally:
         site.slurm.run("sacctmgr", "-i", "delete", "account", account)
 

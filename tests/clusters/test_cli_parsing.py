@@ -19,6 +19,7 @@ from clusters.slurm.parsing import (
     parse_sacctmgr_associations,
     parse_sinfo_partitions,
     parse_squeue,
+    parse_sshare_account,
     parse_test_only,
     parse_tres_limit,
     parse_tres_usage_minutes,
@@ -102,6 +103,18 @@ def test_limits_read_from_sacctmgr_and_sshare():
     assert parse_tres_usage_minutes("cpu=30,mem=30000,gres/gpu=12", "cpu") == 30
     assert parse_tres_usage_minutes("", "cpu") == 0
     assert (parse_job_count("1000"), parse_job_count("")) == (1000, None)
+
+
+@pytest.mark.parametrize("version", ["22.05", "24.11"])
+def test_an_accounts_usage_and_fair_share_standing_come_from_its_own_sshare_line(version):
+    text = recorded(f"sshare-shares-{version}.txt")  # a CLUSTER: line, a user's line below
+    used = parse_sshare_account(text, "contract")
+    assert used is not None
+    assert used.gpu == 1
+    assert used.share == 0.2
+    assert 0 < used.usage < 0.2  # used (recently) less than its share
+    assert parse_sshare_account(text, "root").share == 0.0  # the root of the tree
+    assert parse_sshare_account(text, "no-such-account") is None
 
 
 def test_array_ids_and_exit_codes():

@@ -67,6 +67,7 @@ TEXT_PARSERS: dict[str, Callable[[str], object]] = {
     ),
     "parse_tres_usage_minutes cpu": functools.partial(parsing.parse_tres_usage_minutes, tres="cpu"),
     "parse_job_count": parsing.parse_job_count,
+    "parse_sshare_account": functools.partial(parsing.parse_sshare_account, account="contract"),
     "parse_sacctmgr_accounts": parsing.parse_sacctmgr_accounts,
     "parse_sacctmgr_associations": parsing.parse_sacctmgr_associations,
 }
