@@ -98,9 +98,9 @@ _ARRAY_RANGE = re.compile(r"(\d+)(?:-(\d+))?(?::(\d+))?")
 
 
 def array_task_count(spec: str | None) -> int:
-    """How many tasks a pending array record stands for: ``[4-9%2]`` → 6, ``[1,3,5]`` →
-    3, ``[0-9:2]`` → 5; a single task (or no array) is 1."""
-    if not spec or not spec.startswith("["):
+    """How many tasks a pending array record stands for: ``[4-9%2]`` (rest, sacct) or
+    ``4-9%2`` (squeue) → 6, ``[1,3,5]`` → 3, ``[0-9:2]`` → 5; one task (or none) is 1."""
+    if not spec:
         return 1
     count = 0
     for low, high, step in _ARRAY_RANGE.findall(spec.strip("[]").split("%")[0]):
