@@ -219,6 +219,11 @@ def _count(text: str) -> int:
     return int(text) if text.isdigit() else 0
 
 
+@functools.lru_cache(maxsize=1024)
+def _job_gpus(tres_per_node: str, node_count: str) -> int:
+    return gpus_per_node(tres_per_node) * _count(node_count)
+
+
 @reads_slurm_output
 def parse_squeue(text: str) -> list[QueueEntry]:
     # The hot path of every queue sync: names bound locally, values cached.
@@ -253,7 +258,7 @@ def parse_squeue(text: str) -> list[QueueEntry]:
                 _time_limit(time_limit),
                 int(priority) if priority.isdigit() else 0,
                 time_of(started) if pending else None,
-                gpus_per_node(per_node) * _count(node_count),
+                _job_gpus(per_node, node_count),
                 "" if pending else nodes,
             )
         )
