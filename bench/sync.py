@@ -174,7 +174,8 @@ def snapshot(jobs: int, queued: int, changed: int) -> tuple[str, list[int]]:
                 differ.append(g + 1)
         fields = (
             str(g + 1), str(g + 1), "N/A", USER, ACCOUNT, PARTITION, state, reason,
-            slurm_time(submitted), start, "1:00:00", f"portal:{token}", f"train-{g}",
+            slurm_time(submitted), start, "1:00:00", str(10_000 + k % 500), "gres:gpu:1", "1",
+            "" if state == "PENDING" else f"gpu{k % 64:02d}", f"portal:{token}", f"train-{g}",
         )  # fmt: skip
         records.append(FIELD_SEPARATOR.join(fields) + RECORD_SEPARATOR + "\n")
     return "".join(records), differ

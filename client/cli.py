@@ -3,6 +3,7 @@
     sgp login --url https://portal.example.org      # the token from a prompt or stdin
     sgp login --sso --url https://portal.example.org  # sign in through the site's provider
     sgp projects
+    sgp status                                       # GPUs free per partition, the queue
     sgp estimate --project vision --partition debug --gpus 1 --time 30 --script train.sh
     sgp submit job.yaml --env EPOCHS=3               # prints the job id
     sgp jobs --state running,pending
@@ -30,6 +31,7 @@ from client.jobs import cmd_cancel, cmd_jobs, cmd_show
 from client.jobspec import JobSpecError, parse_assignment, parse_minutes
 from client.logs import cmd_logs
 from client.session import Session, UsageError, err
+from client.status import cmd_status
 from client.submit import cmd_estimate, cmd_submit
 
 POLL_INTERVAL_S = 2.0
@@ -151,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     with_json(command("projects", cmd_projects, "your projects and their GPU-hours"))
+    with_json(
+        command("status", cmd_status, "each cluster's GPUs in use, idle and unavailable, and queue")
+    )
 
     submit = with_json(command("submit", cmd_submit, "submit a job; prints its id"))
     _add_job_arguments(submit)

@@ -191,3 +191,19 @@ class ClusterProbe(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}: {'up' if self.ok else 'down'} at {self.probed_at:%c}"
+
+
+class ClusterStatus(models.Model):
+    """The cluster as the queue sync last polled it: GPUs, nodes and the queue's depth
+    (``clusters.status``). The status page, the API and ``sgp status`` read this row,
+    so a page view never runs a Slurm command."""
+
+    cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, related_name="status")
+    taken_at = models.DateTimeField()
+    snapshot = models.JSONField()
+    # The last poll that failed to read the nodes (the snapshot is then the one before).
+    error = models.CharField(max_length=500, blank=True)
+    error_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name} at {self.taken_at:%c}"

@@ -8,7 +8,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from clusters.errors import NoSuchCluster
-from clusters.models import Cluster, ClusterProbe, Partition
+from clusters.models import Cluster, ClusterProbe, ClusterStatus, Partition
 
 
 def clusters_enabled() -> QuerySet[Cluster]:
@@ -69,3 +69,19 @@ def _status(probe: ClusterProbe | None, now: dt.datetime) -> dict:
         status["ok"] = False
         status["error"] = f"no probe for {age_s:.0f} s (are beat and a worker running?)"
     return status
+
+
+def cluster_status_due(cluster: Cluster) -> bool:
+    """Whether the cluster's status is older than ``PORTAL_CLUSTER_STATUS_INTERVAL_S``
+    (or missing): the queue sync then reads the nodes too."""
+    since = timezone.now() - dt.timedelta(seconds=settings.CLUSTER_STATUS_INTERVAL_S)
+    return not ClusterStatus.objects.filter(cluster=cluster, taken_at__gt=since).exists()
+
+
+def cluster_statuses() -> list[ClusterStatus]:
+    """The last status of each enabled cluster that has one, by cluster name."""
+    return list(
+        ClusterStatus.objects.filter(cluster__is_enabled=True)
+        .select_related("cluster")
+        .order_by("cluster__name")
+    )

@@ -1,5 +1,6 @@
 """Every write to clusters and partitions."""
 
+import datetime as dt
 import logging
 import time
 from decimal import Decimal
@@ -12,8 +13,10 @@ from django.utils import timezone
 
 from audit.models import AuditEvent
 from audit.services import audit_record
-from clusters.models import Cluster, ClusterProbe, Partition
+from clusters.models import Cluster, ClusterProbe, ClusterStatus, Partition
 from clusters.slurm import SlurmError, client_for
+from clusters.slurm.types import NodeInfo, QueueEntry
+from clusters.status import status_snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -174,3 +177,30 @@ def cluster_probe(*, cluster: Cluster) -> ClusterProbe:
         },
     )
     return probe
+
+
+def cluster_status_record(
+    *, cluster: Cluster, nodes: list[NodeInfo], queue: list[QueueEntry]
+) -> ClusterStatus:
+    """Store the cluster's status from one node and one queue listing (the queue sync's
+    own), in place of the last one."""
+    now = timezone.now()
+    previous = ClusterStatus.objects.filter(cluster=cluster).values_list("snapshot", flat=True)
+    snapshot = status_snapshot(
+        nodes=nodes,
+        queue=queue,
+        now=now,
+        pending_bound=dt.timedelta(minutes=settings.STUCK_GPU_PENDING_MINUTES),
+        previous=previous.first(),
+    )
+    status, _ = ClusterStatus.objects.update_or_create(
+        cluster=cluster,
+        defaults={"taken_at": now, "snapshot": snapshot, "error": "", "error_at": None},
+    )
+    return status
+
+
+def cluster_status_failed(*, cluster: Cluster, error: str) -> None:
+    """Say on the cluster's status that its last poll could not read it; the snapshot
+    before stays (it shows its own time)."""
+    ClusterStatus.objects.filter(cluster=cluster).update(error=error[:500], error_at=timezone.now())

@@ -21,15 +21,23 @@ someone else's job or onto a job on another cluster than its own (``forged-token
 or a token of no portal job (``unknown-token``), is listed with who ran it; the
 ingest charged that work to the account it ran under, as any work outside the portal.
 
-Slurm is read once per cluster (one queue listing, one accounting read), after
+Stuck GPUs are warnings too (``stuck-gpus``): GPUs Slurm counts as allocated on a node
+that no job in its queue holds there (``clusters.status.stuck_gpus``), read twice a
+second apart so that a job starting between the node and the queue listing is not
+taken for one, with the jobs that have pended longer than
+``PORTAL_STUCK_GPU_PENDING_MINUTES`` meanwhile (``stuck-gpus-waiting``).
+
+Slurm is read once per cluster (one queue listing, one node listing, one accounting read), after
 the portal's rows, so a job submitted in between is seen in Slurm rather than
 missed; a job that finished since is found in accounting.
 """
 
 import datetime as dt
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.db.models import F, Q, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -39,7 +47,9 @@ from accounts.selectors import ledger_drift
 from clusters.models import Cluster
 from clusters.selectors import clusters_enabled
 from clusters.slurm import SlurmError, client_for
+from clusters.slurm.states import SlurmJobState
 from clusters.slurm.types import AccountingEntry, QueueEntry
+from clusters.status import stuck_gpus
 from jobs.models import AccountingRecord, Job
 from jobs.states import IN_SLURM, JobState
 from jobs.tokens import is_submission_of, token_in
@@ -177,10 +187,16 @@ def _check_slurm(cluster: Cluster, findings: Findings, *, stuck_after: dt.timede
     client = client_for(cluster)
     try:
         queued = client.queue()
+        stuck = stuck_gpus(client.nodes(), queued)
+        if stuck:
+            time.sleep(1)  # what a job starting between the two listings looked like passes
+            again = stuck_gpus(client.nodes(), client.queue())
+            stuck = {name: again[name] for name in stuck if name in again}
         accounted = client.accounting_since(since)
     except SlurmError as error:
         findings.violations.append(Violation("slurm-unreachable", f"{cluster.name}: {error}"))
         return
+    _stuck_gpu_warnings(cluster, stuck, queued, findings, now=now)
 
     known: set[int] = set()
     tokens: dict[str, list[QueueEntry | AccountingEntry]] = defaultdict(list)
@@ -204,6 +220,44 @@ def _check_slurm(cluster: Cluster, findings: Findings, *, stuck_after: dt.timede
                 Violation("submission-stuck", f"job {job_id} is {state} since {created_at:%c}")
             )
     _check_tokens(cluster, tokens, findings)
+
+
+def _stuck_gpu_warnings(
+    cluster: Cluster,
+    stuck: dict[str, tuple[int, int]],
+    queued: list[QueueEntry],
+    findings: Findings,
+    *,
+    now: dt.datetime,
+) -> None:
+    for name, (allocated, held) in sorted(stuck.items()):
+        findings.warnings.append(
+            Violation(
+                "stuck-gpus",
+                f"{cluster.name}: node {name} has {allocated} GPUs allocated, its running jobs "
+                f"hold {held}; {allocated - held} are allocated to no job (`scontrol "
+                "reconfigure` has freed such GPUs after a slurmctld restart)",
+            )
+        )
+    if not stuck:
+        return
+    bound = dt.timedelta(minutes=settings.STUCK_GPU_PENDING_MINUTES)
+    waiting = sorted(
+        entry.job_id
+        for entry in queued
+        if entry.state == SlurmJobState.PENDING
+        and entry.submitted_at is not None
+        and now - entry.submitted_at > bound
+    )
+    if waiting:
+        listed = ", ".join(map(str, waiting[:20])) + (" …" if len(waiting) > 20 else "")
+        findings.warnings.append(
+            Violation(
+                "stuck-gpus-waiting",
+                f"{cluster.name}: {len(waiting)} jobs pending longer than "
+                f"{settings.STUCK_GPU_PENDING_MINUTES} minutes while GPUs are stuck: {listed}",
+            )
+        )
 
 
 def _check_tokens(

@@ -19,7 +19,9 @@ from django.db.models.functions import Cast, Extract
 from django.utils import timezone
 
 from clusters.models import Cluster
-from clusters.slurm import SlurmClient, shared_client_for
+from clusters.selectors import cluster_status_due
+from clusters.services import cluster_status_failed, cluster_status_record
+from clusters.slurm import SlurmClient, SlurmError, shared_client_for
 from clusters.slurm.types import QueueEntry
 from jobs.models import ClusterSync, Job, JobEvent
 from jobs.states import IN_SLURM, PORTAL_VALUE_OF, TERMINAL_VALUES, JobState
@@ -141,6 +143,20 @@ def _update_jobs(rows: list[tuple], *, now: dt.datetime) -> set[int]:
 
 
 def queue_sync(*, cluster: Cluster, client: SlurmClient | None = None) -> QueueSyncResult:
-    """Read the cluster's queue (one call) and apply it."""
+    """Read the cluster's queue (one call) and apply it. When the cluster's status is due
+    (``PORTAL_CLUSTER_STATUS_INTERVAL_S``) the nodes are read too (one more call) and the
+    status is made from them and the same queue listing."""
     client = client or shared_client_for(cluster)
-    return queue_apply(cluster=cluster, entries=client.queue())
+    status_due = cluster_status_due(cluster)
+    entries = client.queue()
+    result = queue_apply(cluster=cluster, entries=entries)
+    if status_due:
+        try:
+            nodes = client.nodes()
+        except SlurmError as error:
+            # The queue was applied; the status keeps its last snapshot and says why.
+            logger.warning("status of %s: %s", cluster.name, error)
+            cluster_status_failed(cluster=cluster, error=str(error))
+        else:
+            cluster_status_record(cluster=cluster, nodes=nodes, queue=entries)
+    return result

@@ -13,6 +13,7 @@ from accounts import api_sign_in as sign_in
 from clusters import api as clusters
 from jobs import api as jobs
 from portal.api_errors import api_not_found
+from portal.status import Status
 
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):
@@ -35,6 +36,7 @@ v1 = [
     path("projects/<slug:slug>/", accounts.ProjectDetail.as_view(), name="project"),
     path("projects/<slug:slug>/usage/", accounts.ProjectUsage.as_view(), name="project-usage"),
     path("partitions/", clusters.PartitionList.as_view(), name="partitions"),
+    path("status/", Status.as_view(), name="status"),
     path("jobs/", jobs.JobList.as_view(), name="jobs"),
     path("jobs/estimate/", jobs.JobEstimate.as_view(), name="job-estimate"),
     path("jobs/<int:pk>/", jobs.JobDetail.as_view(), name="job"),

@@ -478,6 +478,10 @@ PORTAL_HEARTBEAT_INTERVAL_S = env_int("PORTAL_HEARTBEAT_INTERVAL_S", 30, minimum
 # Beat asks every cluster's controller whether it answers this often; /healthz and the
 # pages read the stored answer (a probe older than three intervals is not believed).
 CLUSTER_PROBE_INTERVAL_S = env_int("PORTAL_CLUSTER_PROBE_INTERVAL_S", 10, minimum=1)
+# The queue sync reads each cluster's nodes too (for the status page) when its status
+# is older than this; a stuck-GPU alert lists jobs pending longer than the bound.
+CLUSTER_STATUS_INTERVAL_S = env_int("PORTAL_CLUSTER_STATUS_INTERVAL_S", 10, minimum=1)
+STUCK_GPU_PENDING_MINUTES = env_int("PORTAL_STUCK_GPU_PENDING_MINUTES", 10, minimum=1)
 # With this token (`Authorization: Bearer …`) a monitoring system gets /healthz's detail,
 # as staff do; anyone else gets the verdict alone.
 HEALTH_TOKEN = env_str("PORTAL_HEALTH_TOKEN", "")

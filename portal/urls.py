@@ -5,7 +5,7 @@ from django.urls import include, path
 from accounts import views as account_views
 from accounts.login import AdminLoginForm, login_view, with_throttle_status
 from accounts.oidc import SignInCallback, SignInStart
-from portal import views
+from portal import status, views
 
 admin.site.site_header = "Slurm GPU Portal — allocation managers"
 admin.site.site_title = "Slurm GPU Portal admin"
@@ -16,6 +16,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("jobs/", include("jobs.urls")),
     path("projects/<slug:slug>/", views.project_detail, name="project"),
+    path("status/", status.status_page, name="status"),
     path("tokens/", account_views.tokens, name="tokens"),
     path("tokens/<int:token_id>/revoke/", account_views.token_revoke_view, name="token_revoke"),
     path("healthz", views.healthz, name="healthz"),

@@ -36,6 +36,7 @@ from clusters.slurm.parsing import (
     parse_sacct,
     parse_sacctmgr_accounts,
     parse_sacctmgr_associations,
+    parse_scontrol_nodes,
     parse_sinfo_partitions,
     parse_squeue,
     parse_sshare_account,
@@ -48,6 +49,7 @@ from clusters.slurm.types import (
     AccountingEntry,
     AccountLimits,
     MinutesUsed,
+    NodeInfo,
     PartitionInfo,
     QueueEntry,
     SlurmAccount,
@@ -242,6 +244,10 @@ class CliClient:
     def list_partitions(self) -> list[PartitionInfo]:
         result = self._run(["sinfo", "--noheader", "--all", f"--format={SINFO_PARTITION_FORMAT}"])
         return parse_sinfo_partitions(result.stdout)
+
+    def nodes(self) -> list[NodeInfo]:
+        result = self._run(["scontrol", "--oneliner", "show", "nodes"])
+        return parse_scontrol_nodes(result.stdout)
 
     def estimate_start(self, request: SubmitRequest) -> StartEstimate:
         result = self._run(

@@ -10,6 +10,7 @@ from clusters.slurm.types import (
     AccountingEntry,
     AccountLimits,
     MinutesUsed,
+    NodeInfo,
     PartitionInfo,
     QueueEntry,
     SlurmAccount,
@@ -112,7 +113,11 @@ FIELD_SEPARATOR = "\x1f"
 RECORD_SEPARATOR = "\x1e"
 _NOT_A_VALUE = {"", "n/a", "none", "unknown", "(null)"}
 
-SQUEUE_FIELDS = ("%A", "%F", "%K", "%u", "%a", "%P", "%T", "%r", "%V", "%S", "%l", "%k", "%j")
+SQUEUE_FIELDS = (
+    "%A", "%F", "%K", "%u", "%a", "%P", "%T", "%r", "%V", "%S", "%l",
+    "%Q", "%b", "%D", "%N",  # priority, GPUs per node (tres_per_node), node count, nodes
+    "%k", "%j",  # comment and name last: the fields a user may fill with anything
+)  # fmt: skip
 SQUEUE_FORMAT = FIELD_SEPARATOR.join(SQUEUE_FIELDS) + RECORD_SEPARATOR
 
 SACCT_FIELDS = (
@@ -199,6 +204,27 @@ def _time_limit(text: str) -> int | None:
     return None if _value(text) is None else parse_time_minutes(text)
 
 
+_TRES_GPU = re.compile(r"gres[:/]gpu(?::[^:,]+)?:(\d+)")
+
+
+@functools.lru_cache(maxsize=256)
+def gpus_per_node(tres_per_node: str) -> int:
+    """GPUs per node from squeue's ``%b``: ``gres:gpu:2`` (22.05), ``gres/gpu:2`` or
+    ``gres/gpu:b200:4`` (24.11), ``N/A`` for none; several entries add up. A request for
+    GPUs per job (``--gpus``) is not in it: such a job reads 0 here."""
+    return sum(int(count) for count in _TRES_GPU.findall(tres_per_node))
+
+
+@functools.lru_cache(maxsize=64)
+def _count(text: str) -> int:
+    return int(text) if text.isdigit() else 0
+
+
+@functools.lru_cache(maxsize=1024)
+def _job_gpus(tres_per_node: str, node_count: str) -> int:
+    return gpus_per_node(tres_per_node) * _count(node_count)
+
+
 @reads_slurm_output
 def parse_squeue(text: str) -> list[QueueEntry]:
     # The hot path of every queue sync: names bound locally, values cached.
@@ -209,10 +235,10 @@ def parse_squeue(text: str) -> list[QueueEntry]:
         if not record:
             continue
         (job_id, array_job, array_task, user, account, partition, state, reason,
-         submitted, started, time_limit, comment, name) = record.split(
-            FIELD_SEPARATOR, len(SQUEUE_FIELDS) - 1
-        )  # fmt: skip
+         submitted, started, time_limit, priority, per_node, node_count, nodes, comment,
+         name) = record.split(FIELD_SEPARATOR, len(SQUEUE_FIELDS) - 1)  # fmt: skip
         is_array_task = array_task != "N/A"
+        pending = state == "PENDING"
         # Positional, in QueueEntry's field order: keywords cost a third more here.
         append(
             QueueEntry(
@@ -229,8 +255,12 @@ def parse_squeue(text: str) -> list[QueueEntry]:
                 time_of(submitted),
                 # For a pending job squeue prints its expected start here; only a
                 # job that runs or ran has really started.
-                time_of(started) if state != "PENDING" else None,
+                None if pending else time_of(started),
                 _time_limit(time_limit),
+                int(priority) if priority.isdigit() else 0,
+                time_of(started) if pending else None,
+                _job_gpus(per_node, node_count),
+                "" if pending else nodes,
             )
         )
     return entries
@@ -419,3 +449,133 @@ def slurm_accounts(
         for name, (parent, limits) in sorted(associations.items())
         if name != "root"
     ]
+
+
+# --- nodes ---------------------------------------------------------------------------
+
+# The marks scontrol and sinfo put after a node's base state, as flags.
+_STATE_MARKS = {
+    "*": "not_responding",
+    "~": "powered_down",
+    "#": "powering_up",
+    "%": "powering_down",
+    "!": "power_down_pending",
+    "$": "maint",
+    "@": "reboot_requested",
+    "^": "reboot_issued",
+    "-": "planned",
+}
+
+
+@reads_slurm_output
+def node_states(text: str) -> tuple[str, ...]:
+    """``MIXED+PLANNED`` → ("mixed", "planned"); ``DOWN*+DRAIN`` → ("down",
+    "not_responding", "drain"): the base state, then its flags, lower case."""
+    states: list[str] = []
+    for part in text.strip().split("+"):
+        name = part.rstrip("".join(_STATE_MARKS))
+        if name:
+            states.append(name.lower())
+        states += [_STATE_MARKS[mark] for mark in part[len(name) :]]
+    return tuple(states) or ("unknown",)
+
+
+@reads_slurm_output
+def gpus_by_type(gres: str) -> tuple[tuple[str, int], ...]:
+    """Configured GPUs by type from a node's ``Gres`` like ``gpu:h200:8(S:0-1),gpu:a100:2``
+    (an untyped ``gpu:4`` is type "")."""
+    counts: dict[str, int] = {}
+    for item in gres.split(","):
+        match = _GPU_GRES.match(item.strip())
+        if match:
+            gpu_type = match["type"] or ""
+            counts[gpu_type] = counts.get(gpu_type, 0) + int(match["count"])
+    return tuple(sorted(counts.items()))
+
+
+_NODE_KEY = re.compile(r"(?:^| )([A-Z][A-Za-z_]*)=")
+# scontrol prints a reason as "Reason=<text> [<who>@<when>]"; the text is anyone's words.
+_NODE_REASON = re.compile(r" Reason=(?P<reason>.*?) \[[^\]@ ]*@[^\] ]*\]")
+
+
+@reads_slurm_output
+def parse_scontrol_nodes(text: str) -> list[NodeInfo]:
+    """Nodes from ``scontrol --oneliner show nodes``: one line per node of ``Key=value``
+    separated by spaces. Values with spaces (``OS``, ``Reason``) are read up to the next
+    key; a reason up to its ``[who@when]``."""
+    nodes = []
+    for line in text.splitlines():
+        if not line.startswith("NodeName="):
+            continue
+        reason = ""
+        found = _NODE_REASON.search(line)
+        if found:
+            reason = found["reason"].strip()
+            line = line[: found.start()] + line[found.end() :]
+        keys = list(_NODE_KEY.finditer(line))
+        fields = {
+            key[1]: line[key.end() : following.start() if following else len(line)].strip()
+            for key, following in zip(keys, [*keys[1:], None], strict=True)
+        }
+        if not found:
+            reason = fields.get("Reason", "")
+        nodes.append(
+            NodeInfo(
+                name=fields["NodeName"],
+                partitions=tuple(p for p in fields.get("Partitions", "").split(",") if p),
+                states=node_states(fields.get("State", "")),
+                reason="" if reason.lower() in _NOT_A_VALUE else reason,
+                gpus_by_type=gpus_by_type(fields.get("Gres", "")),
+                allocated_gpus=parse_alloc_gpus(fields.get("AllocTRES", "")),
+                cpus=_count(fields.get("CPUTot", "")),
+                allocated_cpus=_count(fields.get("CPUAlloc", "")),
+            )
+        )
+    return nodes
+
+
+_HOST_RANGE = re.compile(r"^(?P<prefix>[^\[]*)\[(?P<ranges>[^\]]*)\](?P<rest>.*)$")
+
+
+@reads_slurm_output
+def expand_hostlist(hostlist: str) -> list[str]:
+    """Slurm's compressed host list as names: ``gpu[01-03,05],login`` → gpu01, gpu02,
+    gpu03, gpu05, login; zero padding kept, several brackets multiplied out."""
+    names: list[str] = []
+    depth, start = 0, 0
+    for index, char in enumerate(hostlist + ","):
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth -= 1
+        elif char == "," and depth == 0:
+            names += _expand_one(hostlist[start:index].strip())
+            start = index + 1
+    return names
+
+
+_MAX_HOSTS = 100_000
+
+
+def _expand_one(host: str) -> list[str]:
+    size = 1
+    for ranges in re.findall(r"\[([^\]]*)\]", host):
+        for part in ranges.split(","):
+            low, _, high = part.partition("-")
+            size *= int(high) - int(low) + 1 if high else 1
+    if size > _MAX_HOSTS:
+        raise SlurmOutputInvalid(f"host list too long: {host[:100]!r}")
+    match = _HOST_RANGE.match(host)
+    if not match:
+        return [host] if host else []
+    names = []
+    for part in match["ranges"].split(","):
+        low, _, high = part.partition("-")
+        if not high:
+            numbers = [low]
+        else:
+            width = len(low)
+            numbers = [str(n).zfill(width) for n in range(int(low), int(high) + 1)]
+        for number in numbers:
+            names += _expand_one(f"{match['prefix']}{number}{match['rest']}")
+    return names

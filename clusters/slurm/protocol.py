@@ -15,6 +15,7 @@ from clusters.slurm.types import (
     AccountingEntry,
     AccountLimits,
     MinutesUsed,
+    NodeInfo,
     PartitionInfo,
     QueueEntry,
     SlurmAccount,
@@ -61,6 +62,9 @@ class SlurmClient(Protocol):
 
     def list_partitions(self) -> list[PartitionInfo]:
         """Every partition with its time limit and GPU counts."""
+
+    def nodes(self) -> list[NodeInfo]:
+        """Every node with its partitions, state, reason, GPUs and CPUs, in one call."""
 
     def estimate_start(self, request: SubmitRequest) -> StartEstimate:
         """When the job would start if submitted now (``--test-only``); submits nothing."""

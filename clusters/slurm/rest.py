@@ -50,6 +50,7 @@ from clusters.slurm.rest_parsing import (
     newest_versions,
     parse_account_list,
     parse_accounting,
+    parse_nodes,
     parse_partitions,
     parse_queue,
     parse_queue_exit_codes,
@@ -64,6 +65,7 @@ from clusters.slurm.types import (
     AccountingEntry,
     AccountLimits,
     MinutesUsed,
+    NodeInfo,
     PartitionInfo,
     QueueEntry,
     SlurmAccount,
@@ -420,6 +422,9 @@ class RestClient:
         partitions = self._call("GET", self._slurm("/partitions"), user=self.admin_user)
         nodes = self._call("GET", self._slurm("/nodes"), user=self.admin_user)
         return parse_partitions(partitions, nodes)
+
+    def nodes(self) -> list[NodeInfo]:
+        return parse_nodes(self._call("GET", self._slurm("/nodes"), user=self.admin_user))
 
     def estimate_start(self, request: SubmitRequest) -> StartEstimate:
         # slurmrestd 22.05 has no will-run call: "test_only" is accepted in a

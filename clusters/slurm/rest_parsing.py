@@ -34,12 +34,13 @@ from clusters.slurm.errors import (
     reads_slurm_output,
     says,
 )
-from clusters.slurm.parsing import parse_gpu_gres
+from clusters.slurm.parsing import gpus_by_type, parse_alloc_gpus, parse_gpu_gres
 from clusters.slurm.states import SlurmJobState, normalise_state
 from clusters.slurm.types import (
     AccountingEntry,
     AccountLimits,
     MinutesUsed,
+    NodeInfo,
     PartitionInfo,
     QueueEntry,
     SlurmAccount,
@@ -216,6 +217,10 @@ def parse_queue(payload: Json) -> list[QueueEntry]:
             # A pending array is one record with task_id null and the pending
             # tasks in array_task_string, e.g. "0-3%2" (squeue's %K prints the same).
             array_task = str(task_id) if task_id is not None else job.get("array_task_string")
+        pending = state == SlurmJobState.PENDING
+        # Both families give the job's TRES as text: allocated once it runs, asked for
+        # before (every node together, GPUs per job or per node alike).
+        tres = job.get("tres_alloc_str") or job.get("tres_req_str") or ""
         entries.append(
             QueueEntry(
                 job_id=job["job_id"],
@@ -230,8 +235,12 @@ def parse_queue(payload: Json) -> list[QueueEntry]:
                 comment=job.get("comment") or "",
                 submitted_at=_time(job.get("submit_time")),
                 # A pending job's start_time is the scheduler's forecast, not a start.
-                started_at=_time(job.get("start_time")) if state != SlurmJobState.PENDING else None,
+                started_at=None if pending else _time(job.get("start_time")),
                 time_limit_minutes=_minutes(job.get("time_limit")),
+                priority=number(job.get("priority")) or 0,
+                expected_start_at=_time(job.get("start_time")) if pending else None,
+                gpus=parse_alloc_gpus(tres) if isinstance(tres, str) else 0,
+                nodes="" if pending else str(job.get("nodes") or ""),
             )
         )
     return entries
@@ -444,6 +453,30 @@ def parse_partitions(partitions: Json, nodes: Json) -> list[PartitionInfo]:
             )
         )
     return result
+
+
+@reads_slurm_output
+def parse_nodes(payload: Json) -> list[NodeInfo]:
+    """``GET /slurm/{v}/nodes``: 22.05 gives the base state as a string beside
+    ``state_flags``, v0.0.40+ one list of both (as ``node_states`` reads scontrol's)."""
+    nodes = []
+    for node in payload.get("nodes") or []:
+        state = node.get("state") or []
+        states = [state] if isinstance(state, str) else list(state)
+        states += list(node.get("state_flags") or [])
+        nodes.append(
+            NodeInfo(
+                name=str(node["name"]),
+                partitions=tuple(str(p) for p in node.get("partitions") or []),
+                states=tuple(str(s).lower() for s in states) or ("unknown",),
+                reason=str(node.get("reason") or ""),
+                gpus_by_type=gpus_by_type(str(node.get("gres") or "")),
+                allocated_gpus=parse_alloc_gpus(str(node.get("tres_used") or "")),
+                cpus=number(node.get("cpus")) or 0,
+                allocated_cpus=number(node.get("alloc_cpus")) or 0,
+            )
+        )
+    return nodes
 
 
 @reads_slurm_output

@@ -69,6 +69,11 @@ class QueueEntry(NamedTuple):
     submitted_at: dt.datetime | None
     started_at: dt.datetime | None
     time_limit_minutes: int | None
+    # Appended with defaults, so a record built without them still reads.
+    priority: int = 0  # Slurm's priority (squeue %Q): higher starts first
+    expected_start_at: dt.datetime | None = None  # a pending job's forecast start, if any
+    gpus: int = 0  # GPUs the job (or array task) asks for or holds, all its nodes together
+    nodes: str = ""  # the compressed node list a running job holds, e.g. "gpu[01-03,05]"
 
 
 class AccountingEntry(NamedTuple):
@@ -134,6 +139,25 @@ class MinutesUsed:
     # (decayed) usage it had. None where Slurm did not say.
     share: float | None = None
     usage: float | None = None
+
+
+class NodeInfo(NamedTuple):
+    """A compute node as the controller sees it now."""
+
+    name: str
+    partitions: tuple[str, ...]
+    # The base state then its flags, lower case: ("idle",), ("mixed", "drain"),
+    # ("down", "not_responding"), ("idle", "reserved") …
+    states: tuple[str, ...]
+    reason: str  # why an administrator drained it or Slurm set it down ("" if none)
+    gpus_by_type: tuple[tuple[str, int], ...]  # configured, e.g. (("h200", 8),); "" untyped
+    allocated_gpus: int
+    cpus: int
+    allocated_cpus: int
+
+    @property
+    def gpus(self) -> int:
+        return sum(count for _, count in self.gpus_by_type)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ ENDPOINTS = {
     ("get", "/api/v1/projects/{slug}/"),
     ("get", "/api/v1/projects/{slug}/usage/"),
     ("get", "/api/v1/partitions/"),
+    ("get", "/api/v1/status/"),
     ("get", "/api/v1/jobs/"),
     ("post", "/api/v1/jobs/"),
     ("post", "/api/v1/jobs/estimate/"),

@@ -25,6 +25,7 @@ import pytest
 from clusters.locks import association_changes
 from clusters.models import Cluster
 from clusters.slurm import NotFound, SlurmRejected, client_for
+from clusters.slurm.parsing import expand_hostlist
 from clusters.slurm.rest import RestClient
 from clusters.slurm.rest_parsing import reshaped
 from clusters.slurm.states import SlurmJobState
@@ -193,6 +194,39 @@ def test_a_job_runs_as_its_owner_and_is_accounted_with_its_gpus(client, job):
     assert entry.started_at <= entry.ended_at
     output = request.stdout_path.replace("%j", str(job_id))
     assert Path(output).read_text().strip() == USER
+
+
+def test_the_queue_gives_gpus_nodes_priority_and_a_pending_job_s_forecast(client, job, site):
+    """What the status page and the queue's explanations read: a running job's GPUs and
+    nodes, a pending job's GPUs and Slurm's forecast of its start; and the node listing
+    counts the running job's GPUs as allocated on its node."""
+    running = client.submit(job(script="#!/bin/bash\nsleep 60\n", gpus_per_node=2))
+    # Every GPU of the node: it waits for the running job (Resources), with a forecast.
+    waiting = client.submit(job(gpus_per_node=site.gpus_per_node))
+    try:
+        entry = wait_for(
+            "the job to run",
+            lambda: (e := queued(client, running)) and e.state == SlurmJobState.RUNNING and e,
+        )
+        assert (entry.gpus, entry.expected_start_at) == (2, None)
+        assert entry.priority > 0 and entry.started_at is not None
+        nodes = {node.name: node for node in client.nodes()}
+        [name] = expand_hostlist(entry.nodes)
+        node = nodes[name]
+        assert node.gpus_by_type == ((site.gpu_type, site.gpus_per_node),)
+        assert site.short_partition in node.partitions
+        assert node.allocated_gpus >= 2 and node.cpus >= node.allocated_cpus >= 1
+        assert node.states[0] in ("mixed", "allocated")
+        pending = wait_for(
+            "Slurm's forecast of the waiting job's start",
+            lambda: (e := queued(client, waiting)) and e.expected_start_at and e,
+        )
+        assert pending.state == SlurmJobState.PENDING
+        assert (pending.gpus, pending.nodes, pending.started_at) == (site.gpus_per_node, "", None)
+        assert pending.expected_start_at > entry.started_at
+    finally:
+        client.cancel(waiting, user=USER)
+        client.cancel(running, user=USER)
 
 
 def test_a_failing_job_keeps_its_exit_code(client, job):

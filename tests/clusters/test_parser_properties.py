@@ -70,6 +70,10 @@ TEXT_PARSERS: dict[str, Callable[[str], object]] = {
     "parse_sshare_account": functools.partial(parsing.parse_sshare_account, account="contract"),
     "parse_sacctmgr_accounts": parsing.parse_sacctmgr_accounts,
     "parse_sacctmgr_associations": parsing.parse_sacctmgr_associations,
+    "parse_scontrol_nodes": parsing.parse_scontrol_nodes,
+    "node_states": parsing.node_states,
+    "gpus_by_type": parsing.gpus_by_type,
+    "expand_hostlist": parsing.expand_hostlist,
 }
 
 
@@ -97,8 +101,9 @@ field_text = st.one_of(pieces, st.text(max_size=12))
 
 @FAST
 @given(fields=st.lists(field_text, min_size=len(SQUEUE_FIELDS), max_size=len(SQUEUE_FIELDS) + 2))
-@example(fields=["1", "N/A", "N/A", "u", "a", "p", "BOGUS", "", "", "", "", "", ""])
-@example(fields=["x", "N/A", "N/A", "u", "a", "p", "PENDING", "", "", "", "", "", ""])
+@example(fields=["1", "N/A", "N/A", "u", "a", "p", "BOGUS", *[""] * 10])
+@example(fields=["x", "N/A", "N/A", "u", "a", "p", "PENDING", *[""] * 10])
+@example(fields=["1", "N/A", "N/A", "u", "a", "p", "PENDING", *[""] * 4, "9" * 5000, *[""] * 5])
 def test_squeue_records_of_any_fields(fields):
     parses_or_says_invalid(parsing.parse_squeue, _record(fields) + RECORD_SEPARATOR)
 
@@ -144,14 +149,20 @@ times = st.datetimes(min_value=dt.datetime(2000, 1, 1), max_value=dt.datetime(21
     started=times,
     limit=st.one_of(st.none(), st.integers(0, 10**6)),
     state=st.sampled_from(["PENDING", "RUNNING", "COMPLETED"]),
+    priority=st.integers(0, 2**32 - 1),
+    per_node=st.integers(0, 64),
+    nodes=st.integers(1, 128),
+    gres=st.sampled_from(["gres:gpu:{}", "gres/gpu:{}", "gres/gpu:h200:{}", "gres:gpu:b200:{}"]),
 )
 def test_a_squeue_record_reads_back_as_written(
-    job_id, name, comment, user, submitted, started, limit, state
+    job_id, name, comment, user, submitted, started, limit, state, priority, per_node, nodes, gres
 ):
     limit_text = "UNLIMITED" if limit is None else f"{limit}"
+    tres = gres.format(per_node) if per_node else "N/A"
     fields = [str(job_id), "N/A", "N/A", user, "acct", "gpu", state, "None",
               submitted.strftime("%Y-%m-%dT%H:%M:%S"), started.strftime("%Y-%m-%dT%H:%M:%S"),
-              limit_text, comment or "(null)", name]  # fmt: skip
+              limit_text, str(priority), tres, str(nodes), "gpu[01-02]",
+              comment or "(null)", name]  # fmt: skip
     [entry] = parsing.parse_squeue(_record(fields) + RECORD_SEPARATOR)
     assert entry.job_id == job_id
     assert entry.name == name
@@ -160,6 +171,52 @@ def test_a_squeue_record_reads_back_as_written(
     assert entry.submitted_at == submitted
     assert entry.started_at == (None if state == "PENDING" else started)
     assert entry.time_limit_minutes == limit
+    assert entry.priority == priority
+    assert entry.gpus == per_node * nodes
+    # squeue's %S is a pending job's forecast, a running job's start.
+    assert entry.expected_start_at == (started if state == "PENDING" else None)
+    assert entry.nodes == ("" if state == "PENDING" else "gpu[01-02]")
+
+
+@FAST
+@given(
+    hosts=st.dictionaries(
+        st.sampled_from(["gpu", "node", "a1b"]),
+        st.sets(st.integers(0, 300), min_size=1, max_size=30),
+        min_size=1,
+    ),
+    width=st.integers(1, 4),
+)
+def test_a_compressed_host_list_expands_to_its_hosts(hosts, width):
+    """What Slurm prints (``gpu[001-003,007],node5``) expands back to every name, padding
+    kept, whatever the ranges."""
+    parts, expected = [], []
+    for prefix, numbers in hosts.items():
+        ranges: list[list[int]] = []
+        for number in sorted(numbers):
+            if ranges and ranges[-1][1] == number - 1:
+                ranges[-1][1] = number
+            else:
+                ranges.append([number, number])
+        spec = ",".join(
+            f"{a:0{width}d}" if a == b else f"{a:0{width}d}-{b:0{width}d}" for a, b in ranges
+        )
+        parts.append(f"{prefix}[{spec}]")
+        expected += [f"{prefix}{n:0{width}d}" for n in sorted(numbers)]
+    assert parsing.expand_hostlist(",".join(parts)) == expected
+
+
+@FAST
+@given(
+    base=st.sampled_from(["IDLE", "MIXED", "ALLOCATED", "DOWN", "FUTURE"]),
+    marks=st.text(alphabet="*~#%!$@^-", max_size=2),
+    flags=st.lists(st.sampled_from(["DRAIN", "RESERVED", "PLANNED", "MAINT"]), max_size=3),
+)
+def test_a_node_state_reads_as_its_base_then_its_flags(base, marks, flags):
+    states = parsing.node_states("+".join([base + marks, *flags]))
+    marked = [parsing._STATE_MARKS[mark] for mark in marks]
+    assert states == (base.lower(), *marked, *[flag.lower() for flag in flags])
+    assert len(states) == 1 + len(marks) + len(flags)
 
 
 @FAST
@@ -207,6 +264,11 @@ state_lists = st.lists(
 )
 json_values = json_values | number_objects | state_lists
 job_like = st.dictionaries(st.sampled_from(JOB_KEYS), json_values, max_size=10)
+NODE_KEYS = ["name", "state", "state_flags", "partitions", "reason", "gres", "tres_used",
+             "cpus", "alloc_cpus"]  # fmt: skip
+node_like = st.dictionaries(
+    st.sampled_from(NODE_KEYS), json_values | st.sampled_from(["gpu:h200:8", "gres/gpu=2"])
+)
 # A job that looks right except for what Hypothesis changes.
 good_job = st.fixed_dictionaries(
     {"job_id": st.integers(1, 2**31),
@@ -222,6 +284,7 @@ payloads = st.one_of(
         {"jobs": st.lists(st.one_of(job_like, good_job, json_values), max_size=4)}
     ),
     st.fixed_dictionaries({"errors": json_values}),
+    st.fixed_dictionaries({"nodes": st.lists(node_like | json_values, max_size=3)}),
 )
 
 
@@ -262,6 +325,7 @@ REST_PARSERS: dict[str, Callable[[Any], object]] = {
     "parse_account_list": lambda payload: rest_parsing.parse_account_list(
         payload, payload, cluster="contract"
     ),
+    "parse_nodes": rest_parsing.parse_nodes,
 }
 
 

@@ -51,10 +51,13 @@ from accounts.models import (
 from accounts.requests import allocation_request_create
 from accounts.services import membership_set, project_create
 from accounts.tokens import token_create
-from clusters.models import Cluster, Partition
+from clusters.models import Cluster, ClusterStatus, Partition
 from clusters.slurm.cli import CliClient
 from clusters.slurm.errors import SlurmUnavailable
 from clusters.slurm.rest import RestClient
+from clusters.slurm.states import SlurmJobState
+from clusters.slurm.types import NodeInfo, QueueEntry
+from clusters.status import status_snapshot
 from jobs.models import AccountingRecord, Job, JobEvent, JobTemplate
 from jobs.states import JobState
 from tests.factories import listed_account_row
@@ -360,6 +363,25 @@ def build_world() -> World:
             listed_account_row("Odd.Name", problem="not a Slurm account name the portal takes"),
         ],
     )
+    # The status page's data: a node stuck (as the restart left one, seen in two
+    # polls), one drained with markup in its reason, a pending array.
+    stuck_node = NodeInfo("vm", ("gpu", "debug"), ("mixed",), "", (("h200", 8),), 8, 16, 0)
+    drained = NodeInfo("vm2", ("gpu",), ("idle", "drain"), "<b>fan</b>", (("h200", 8),), 0, 16, 0)
+    waiting = QueueEntry(
+        77, 77, "0-5%2", "x", "pat", "crawl-over", "gpu", SlurmJobState.PENDING,
+        "ReqNodeNotAvail", "", now - dt.timedelta(hours=1), None, 60, 1, None, 1, "",
+    )  # fmt: skip
+    listing = {"nodes": [stuck_node, drained], "queue": [waiting]}
+    first = status_snapshot(**listing, now=now, pending_bound=dt.timedelta(minutes=10))
+    ClusterStatus.objects.create(
+        cluster=cluster,
+        taken_at=now,
+        snapshot=status_snapshot(
+            **listing, now=now, pending_bound=dt.timedelta(minutes=10), previous=first
+        ),
+        error="squeue: <i>timed out</i>",
+        error_at=now,
+    )
     for allocation in allocations.values():
         allocation.refresh_from_db()  # the ledger wrote their cached totals since
     return World(
@@ -519,6 +541,7 @@ PAGES: dict[str, Page] = {
     "home": Page(one("home", signed_in(200))),
     "project": Page(per_project("project", member_page)),
     "tokens": Page(one("tokens", signed_in(200))),
+    "status": Page(one("status", signed_in(200))),
     "token_revoke": Page(one("token_revoke", signed_in(405), lambda w: w.token_id)),
     "healthz": Page(one("healthz", signed_in(200, 200))),
     "login": Page(one("login", signed_in(302, 200)), reads=("next",)),
@@ -640,6 +663,7 @@ PAGES: dict[str, Page] = {
         per_project("api:project-usage", usage_api, anonymous=401), reads=("group_by",)
     ),
     "api:partitions": Page(one("api:partitions", api(200)), reads=("cluster",)),
+    "api:status": Page(one("api:status", api(200))),
     "api:jobs": Page(
         lambda w: [
             *one("api:jobs", api(200))(w),

@@ -367,6 +367,7 @@ ROWS = [
         reveals=(job_name, SEES_THE_JOB)),
     # The allocation request form is the leads': members are not shown it (a 404).
     Row("project", "POST", at("project", slug), expect(404, LOGIN, pi=MOVED), data=request_form),
+    Row("status", "GET", at("status"), expect(200, LOGIN)),
     Row("tokens", "GET", at("tokens"), expect(200, LOGIN)),
     Row("tokens", "POST", at("tokens"), expect(200, LOGIN),
         data=lambda w: {"name": "new", "expires_in_days": 7}),
@@ -470,6 +471,7 @@ ROWS = [
     Row("api:project-usage", "GET", at("api:project-usage", slug),
         expect(404, 401, owner=403, teammate=403, pi=200)),
     Row("api:partitions", "GET", at("api:partitions"), expect(200, 401)),
+    Row("api:status", "GET", at("api:status"), expect(200, 401)),
     Row("api:jobs", "GET", at("api:jobs"), expect(200, 401),
         reveals=(job_name, frozenset({OWNER}))),
     Row("api:jobs", "GET", at("api:jobs", query="?project=sec-alpha"),
