@@ -42,6 +42,8 @@ ENDPOINTS = {
     ("get", "/api/v1/tokens/"),
     ("post", "/api/v1/tokens/"),
     ("delete", "/api/v1/tokens/{id}/"),
+    ("get", "/api/v1/sign-in/"),
+    ("post", "/api/v1/tokens/sign-in/"),
 }
 
 
