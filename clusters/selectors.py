@@ -85,3 +85,18 @@ def cluster_statuses() -> list[ClusterStatus]:
         .select_related("cluster")
         .order_by("cluster__name")
     )
+
+
+def partition_pending_jobs(cluster_id: int, partition: str) -> int | None:
+    """How many jobs pend in ``partition`` by the cluster's last status (an array's tasks
+    one each); None when there is none. Only that part of the snapshot is read."""
+    partitions = (
+        ClusterStatus.objects.filter(cluster_id=cluster_id)
+        .values_list("snapshot__partitions", flat=True)
+        .first()
+    )
+    for one in partitions or []:
+        if isinstance(one, dict) and one.get("name") == partition:
+            pending = one.get("pending_jobs")
+            return pending if isinstance(pending, int) else None
+    return None

@@ -100,6 +100,22 @@ class Job(models.Model):
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.NEW)
     slurm_state = models.CharField(max_length=32, blank=True)
     reason = models.CharField(max_length=200, blank=True)
+    # While it pends: when Slurm expects to start it (the scheduler's forecast, often
+    # none), and its place among the pending jobs of its partition, everyone's, by
+    # Slurm's priority (1: next). Both refreshed by the queue sync.
+    expected_start_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text=_("While it pends: when Slurm expects to start it (its forecast; often none)."),
+    )
+    queue_place = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text=_(
+            "While it pends: its place among the pending jobs of its partition by Slurm's "
+            "priority (1: next)."
+        ),
+    )
     exit_code = models.IntegerField(null=True, blank=True)
 
     # GPU-seconds: held at creation, used as charged from accounting.

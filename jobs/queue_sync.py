@@ -9,6 +9,7 @@ how it ended.
 
 import datetime as dt
 import logging
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -22,7 +23,9 @@ from clusters.models import Cluster
 from clusters.selectors import cluster_status_due
 from clusters.services import cluster_status_failed, cluster_status_record
 from clusters.slurm import SlurmClient, SlurmError, shared_client_for
+from clusters.slurm.states import SlurmJobState
 from clusters.slurm.types import QueueEntry
+from clusters.status import array_task_count
 from jobs.models import ClusterSync, Job, JobEvent
 from jobs.states import IN_SLURM, PORTAL_VALUE_OF, TERMINAL_VALUES, JobState
 
@@ -51,30 +54,75 @@ def _array_view(entries: list[QueueEntry]) -> QueueEntry | None:
     return None
 
 
+class _QueuePlaces:
+    """Where a pending job stands among the pending jobs of its partition, by Slurm's
+    priority: 1 + how many have a higher one (an array's pending tasks count one each;
+    ties are not counted as ahead), as the status page counts them. A partition's
+    priorities are sorted once, and only if a portal job pends there."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        self._ranked: dict[str, tuple[list[int], list[int]]] = {}
+
+    def add(self, entry: QueueEntry) -> None:
+        tasks = array_task_count(entry.array_task) if entry.array_task else 1
+        self.pending[entry.partition].append((-entry.priority, tasks))
+
+    def place(self, entry: QueueEntry) -> int:
+        ranked = self._ranked.get(entry.partition)
+        if ranked is None:
+            keys, ahead = [], [0]
+            for key, tasks in sorted(self.pending[entry.partition]):
+                keys.append(key)
+                ahead.append(ahead[-1] + tasks)
+            ranked = self._ranked[entry.partition] = (keys, ahead)
+        keys, ahead = ranked
+        return ahead[bisect_left(keys, -entry.priority)] + 1
+
+
+def _epoch_s(at: dt.datetime | None) -> int | None:
+    return int(at.timestamp()) if at else None
+
+
+def _from_epoch_s(seconds: int | None) -> dt.datetime | None:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC) if seconds is not None else None
+
+
 def queue_apply(*, cluster: Cluster, entries: Iterable[QueueEntry]) -> QueueSyncResult:
     """Apply one queue listing to the cluster's unfinished portal jobs."""
     now = timezone.now()
     plain: dict[int, QueueEntry] = {}
     arrays: dict[int, list[QueueEntry]] = defaultdict(list)
+    places = _QueuePlaces()
     entry: QueueEntry | None
     for entry in entries:
         if entry.array_job_id is None:
             plain[entry.job_id] = entry
         else:
             arrays[entry.array_job_id].append(entry)
+        if entry.state is SlurmJobState.PENDING:
+            places.add(entry)
 
-    # The start time is read as whole epoch seconds (Slurm's own resolution): turning
-    # 10,000 timestamps into aware datetimes costs more than the query itself.
+    # Times are read as whole epoch seconds (Slurm's own resolution): turning 10,000
+    # timestamps into aware datetimes costs more than the query itself.
     unfinished = (
         Job.objects.filter(cluster=cluster, state__in=IN_SLURM, slurm_job_id__isnull=False)
         .order_by()
-        .annotate(started_s=Cast(Extract("started_at", "epoch"), BigIntegerField()))
-        .values_list("id", "slurm_job_id", "state", "slurm_state", "reason", "started_s", "array")
-    )
+        .annotate(
+            started_s=Cast(Extract("started_at", "epoch"), BigIntegerField()),
+            expected_s=Cast(Extract("expected_start_at", "epoch"), BigIntegerField()),
+        )
+        .values_list(
+            "id", "slurm_job_id", "state", "slurm_state", "reason", "started_s", "array",
+            "expected_s", "queue_place",
+        )
+    )  # fmt: skip
     result = QueueSyncResult()
     updates: list[tuple] = []
     events: list[JobEvent] = []
-    for job_id, slurm_job_id, state, slurm_state, reason, started_s, array in unfinished:
+    for (
+        job_id, slurm_job_id, state, slurm_state, reason, started_s, array, expected_s, place,
+    ) in unfinished:  # fmt: skip
         assert slurm_job_id is not None  # filtered on
         entry = _array_view(arrays.get(slurm_job_id, [])) if array else plain.get(slurm_job_id)
         if entry is None:
@@ -83,15 +131,22 @@ def queue_apply(*, cluster: Cluster, entries: Iterable[QueueEntry]) -> QueueSync
         new_state = PORTAL_VALUE_OF[entry.state]
         if array and new_state in TERMINAL_VALUES:
             continue
-        entry_s = int(entry.started_at.timestamp()) if entry.started_at else None
-        new = (new_state, str(entry.state), _reason(entry), entry_s or started_s)
-        if new == (state, slurm_state, reason, started_s):
-            continue
-        started_at = entry.started_at or (
-            dt.datetime.fromtimestamp(started_s, dt.UTC) if started_s is not None else None
+        pending = new_state == JobState.PENDING
+        new = (
+            new_state,
+            str(entry.state),
+            _reason(entry),
+            _epoch_s(entry.started_at) or started_s,
+            _epoch_s(entry.expected_start_at) if pending else None,
+            places.place(entry) if pending else None,
         )
+        if new == (state, slurm_state, reason, started_s, expected_s, place):
+            continue
         ended_at = now if new_state in TERMINAL_VALUES else None
-        updates.append((job_id, state, *new[:3], started_at, ended_at))
+        updates.append(
+            (job_id, state, *new[:3], entry.started_at or _from_epoch_s(started_s), ended_at,
+             _from_epoch_s(new[4]), new[5])
+        )  # fmt: skip
         if new_state != state:
             detail = f"Slurm: {entry.state}" + (f" ({new[2]})" if new[2] else "")
             # An event is dated when the portal saw the change (Slurm's own times are on
@@ -130,10 +185,13 @@ def _update_jobs(rows: list[tuple], *, now: dt.datetime) -> set[int]:
                 reason = change.reason,
                 started_at = change.started_at,
                 ended_at = COALESCE(job.ended_at, change.ended_at),
+                expected_start_at = change.expected_start_at,
+                queue_place = change.queue_place,
                 updated_at = %s
             FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[],
-                        %s::timestamptz[], %s::timestamptz[])
-                AS change(id, read_state, state, slurm_state, reason, started_at, ended_at)
+                        %s::timestamptz[], %s::timestamptz[], %s::timestamptz[], %s::int[])
+                AS change(id, read_state, state, slurm_state, reason, started_at, ended_at,
+                          expected_start_at, queue_place)
             WHERE job.id = change.id AND job.state = change.read_state
             RETURNING job.id
             """,  # noqa: S608 — the table name is ours, every value a parameter

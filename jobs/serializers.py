@@ -190,6 +190,8 @@ class JobSerializer(serializers.ModelSerializer):
             "slurm_state",
             "reason",
             "pending_reason",
+            "expected_start_at",
+            "queue_place",
             "exit_code",
             "submit_error",
             "requested_gpu_hours",

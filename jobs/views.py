@@ -22,7 +22,7 @@ from accounts.errors import NotAllowed, QuotaExceeded
 from accounts.models import User
 from accounts.permissions import membership_of
 from accounts.selectors import project_balance, projects_of
-from clusters.selectors import partitions_enabled
+from clusters.selectors import partition_pending_jobs, partitions_enabled
 from jobs import selectors, services
 from jobs.actions import ACTIONS
 from jobs.errors import JobInvalid, OutputUnavailable
@@ -249,6 +249,9 @@ def _job_context(request: HttpRequest, job: Job) -> dict:
         "can_hold": can_manage and job.state == JobState.PENDING,
         "can_release": can_manage and job.state == JobState.PENDING,
         "balance": project_balance(job.project, cluster=job.cluster),
+        "queue_depth": partition_pending_jobs(job.cluster_id, job.partition.name)
+        if job.state == JobState.PENDING and job.queue_place
+        else None,
     }
 
 

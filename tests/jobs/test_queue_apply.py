@@ -5,6 +5,7 @@ interleaving of the two is driven here in threads, each with its own database
 connection, in an order fixed by events.
 """
 
+import datetime as dt
 import threading
 
 import pytest
@@ -123,3 +124,54 @@ def test_a_queue_update_that_waited_for_accountings_lock_leaves_the_job_finished
     assert errors == []
     assert_finished_once(job, project)
     assert results[0].changed == 0
+
+
+def pending(
+    slurm_job_id: int,
+    *,
+    priority: int,
+    partition: str = "gpu",
+    array_job_id: int | None = None,
+    array_task: str | None = None,
+    **fields,
+) -> QueueEntry:
+    return QueueEntry(
+        job_id=slurm_job_id, array_job_id=array_job_id, array_task=array_task, name="x",
+        user="bob", account="other", partition=partition, state=SlurmJobState.PENDING,
+        reason="Priority", comment="", submitted_at=NOW, started_at=None,
+        time_limit_minutes=10, priority=priority, **fields,
+    )  # fmt: skip
+
+
+def test_a_pending_job_gets_its_place_in_its_partition_and_slurms_expected_start(
+    cluster, project, alice
+):
+    job = portal_job(project, cluster, alice, slurm_job_id=50)
+    Job.objects.filter(pk=job.pk).update(state=JobState.PENDING)
+    expected = NOW + dt.timedelta(hours=2)
+    queue = [
+        pending(40, priority=900),  # ahead
+        pending(41, priority=700),  # ahead
+        pending(42, priority=500),  # the same priority: not counted as ahead
+        pending(46, priority=800, array_job_id=46, array_task="0-3%1"),  # 4 tasks ahead
+        pending(43, priority=100),  # behind
+        pending(44, priority=9999, partition="debug"),  # another partition's
+        running(45),  # not waiting
+        pending(50, priority=500, expected_start_at=expected),
+    ]
+
+    assert queue_apply(cluster=cluster, entries=queue).changed == 1
+    job.refresh_from_db()
+    assert (job.queue_place, job.expected_start_at) == (7, expected)
+    assert job.events.count() == 0  # a new place is no new state
+    # Nothing changed, nothing written; one ahead started: one place up.
+    assert queue_apply(cluster=cluster, entries=queue).changed == 0
+    queue[0] = running(40)
+    assert queue_apply(cluster=cluster, entries=queue).changed == 1
+    job.refresh_from_db()
+    assert job.queue_place == 6
+
+    queue[-1] = running(50)
+    queue_apply(cluster=cluster, entries=queue)
+    job.refresh_from_db()
+    assert (job.state, job.queue_place, job.expected_start_at) == (JobState.RUNNING, None, None)
