@@ -124,12 +124,19 @@ def held_gpus(queue: list[QueueEntry]) -> dict[str, int]:
 
 def stuck_gpus(nodes: list[NodeInfo], queue: list[QueueEntry]) -> dict[str, tuple[int, int]]:
     """Nodes on which Slurm counts more GPUs allocated than the running jobs of ``queue``
-    hold there: name → (allocated, held by jobs)."""
+    hold there: name → (allocated, held by jobs). A node where a job runs whose GPUs the
+    listing does not say (``gpus_known``) is not judged: no alarm on a guess."""
     held = held_gpus(queue)
+    unjudged = {
+        name
+        for entry in queue
+        if entry.state in HOLDING and not entry.gpus_known and entry.nodes
+        for name in expand_hostlist(entry.nodes)
+    }
     return {
         node.name: (node.allocated_gpus, held.get(node.name, 0))
         for node in nodes
-        if node.allocated_gpus > held.get(node.name, 0)
+        if node.allocated_gpus > held.get(node.name, 0) and node.name not in unjudged
     }
 
 

@@ -261,6 +261,7 @@ def parse_squeue(text: str) -> list[QueueEntry]:
                 time_of(started) if pending else None,
                 _job_gpus(per_node, node_count),
                 "" if pending else nodes,
+                per_node != "N/A",
             )
         )
     return entries

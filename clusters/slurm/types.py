@@ -74,6 +74,9 @@ class QueueEntry(NamedTuple):
     expected_start_at: dt.datetime | None = None  # a pending job's forecast start, if any
     gpus: int = 0  # GPUs the job (or array task) asks for or holds, all its nodes together
     nodes: str = ""  # the compressed node list a running job holds, e.g. "gpu[01-03,05]"
+    # False where the listing cannot say how many GPUs the job holds (squeue's %b shows
+    # only per-node requests, not --gpus per job): its nodes are not judged stuck.
+    gpus_known: bool = True
 
 
 class AccountingEntry(NamedTuple):

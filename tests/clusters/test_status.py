@@ -155,6 +155,15 @@ def test_gpus_held_by_jobs_on_compressed_node_lists_are_not_stuck():
     assert stuck_gpus(nodes, queue) == {}
 
 
+def test_a_node_running_a_job_whose_gpus_squeue_does_not_show_is_not_judged():
+    """sbatch --gpus=2 (per job): squeue's %b says N/A, so the listing cannot tell what the
+    job holds; the node is left out rather than reported stuck on a guess."""
+    [per_job] = parse_squeue(cli("squeue-gpus-per-job-22.05.txt"))
+    assert (per_job.gpus, per_job.gpus_known, per_job.nodes) == (0, False, "vm")
+    nodes = [node("vm", ("mixed",), allocated=2), node("other", ("mixed",), allocated=2)]
+    assert stuck_gpus(nodes, [per_job]) == {"other": (2, 0)}
+
+
 def test_gpus_of_down_drained_and_reserved_nodes_are_unavailable():
     nodes = [
         node("a", ("idle",)),
