@@ -113,9 +113,9 @@ def _check_login(person: Person) -> None:
 
 def _check_against_directory(person: Person) -> None:
     """The provider's Unix login must be the one the directory has for the person."""
-    claim, _sep, attribute = settings.OIDC_DIRECTORY_MATCH.partition("=")
+    _claim, _sep, attribute = settings.OIDC_DIRECTORY_MATCH.partition("=")  # email=<attribute>
     try:
-        if claim and person.email and claim == "email":
+        if attribute and person.email:
             entry = directory.person_where(attribute, person.email)
         else:
             entry = directory.person_where(settings.LDAP_POSIX_ATTRIBUTE, person.posix_username)

@@ -321,7 +321,13 @@ OIDC_POSIX_CLAIM = env_str("PORTAL_OIDC_POSIX_CLAIM", "uid")
 OIDC_GROUPS_CLAIM = env_str("PORTAL_OIDC_GROUPS_CLAIM", "groups")
 # With a directory too, a provider's user is looked up in it (claim=attribute) and the
 # two must name the same Unix login; empty: looked up by the Unix login claim alone.
-OIDC_DIRECTORY_MATCH = env_str("PORTAL_OIDC_DIRECTORY_MATCH", "email=mail")
+OIDC_DIRECTORY_MATCH = env_str("PORTAL_OIDC_DIRECTORY_MATCH", "email=mail").strip()
+if OIDC_DIRECTORY_MATCH and not re.fullmatch(r"email=[A-Za-z][A-Za-z0-9-]*", OIDC_DIRECTORY_MATCH):
+    raise ImproperlyConfigured(
+        f"PORTAL_OIDC_DIRECTORY_MATCH={OIDC_DIRECTORY_MATCH!r}: write email=<attribute> (the "
+        "provider's verified e-mail matched against that directory attribute, e.g. "
+        "email=mail), or leave it empty to match the Unix login claim alone."
+    )
 # The command line's own client at the provider (public, device flow): `sgp login --sso`
 # trades its ID token for a portal token. Empty: the command line signs in with tokens
 # made in the browser only.

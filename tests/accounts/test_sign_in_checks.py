@@ -4,6 +4,8 @@ import pytest
 from django.core import checks
 from django.core.cache import cache
 
+from tests.portal.test_checks import manage
+
 
 def check_ids() -> set[str]:
     return {message.id for message in checks.run_checks()}
@@ -47,3 +49,31 @@ def test_sources_switched_off_are_not_checked(settings):
     settings.OIDC_ISSUER = ""
     settings.LDAP_BIND_PASSWORD = "wrong"
     assert not {i for i in check_ids() if i.startswith("accounts.")}
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("PORTAL_LDAP_URL", "http://directory", "is not a directory's address"),
+        ("PORTAL_OIDC_ISSUER", "login.example.org", "is not a URL"),
+        ("PORTAL_LOCAL_LOGIN", "off", "write on (everyone with a portal password)"),
+        ("PORTAL_GROUP_PROJECTS", "vision-members=vision", "is not group=project:role"),
+        ("PORTAL_GROUP_PROJECTS", "a=b:owner", "is not group=project:role"),
+        ("PORTAL_OIDC_DIRECTORY_MATCH", "sub=uid", "write email=<attribute>"),
+    ],
+)
+def test_a_sign_in_setting_that_cannot_work_stops_the_process_naming_it(variable, value, says):
+    result = manage("check", **{variable: value})
+    assert result.returncode != 0
+    assert variable in result.stderr and says in result.stderr
+
+
+def test_production_refuses_a_provider_over_plain_http():
+    result = manage(
+        "check",
+        PORTAL_ENV="production",
+        PORTAL_SECRET_KEY="x" * 50,
+        PORTAL_OIDC_ISSUER="http://login.example.org",
+    )
+    assert result.returncode != 0
+    assert "is plain HTTP" in result.stderr
