@@ -25,6 +25,7 @@ from accounts.selectors import project_balance, projects_of
 from clusters.selectors import partitions_enabled
 from jobs import selectors, services
 from jobs.actions import ACTIONS
+from jobs.efficiency import job_efficiency
 from jobs.errors import JobInvalid, OutputUnavailable
 from jobs.forms import JobForm, SaveTemplateForm, initial_from_job, initial_from_template
 from jobs.models import UNFINISHED_STATES, Job, JobTemplate
@@ -249,6 +250,7 @@ def _job_context(request: HttpRequest, job: Job) -> dict:
         "can_hold": can_manage and job.state == JobState.PENDING,
         "can_release": can_manage and job.state == JobState.PENDING,
         "balance": project_balance(job.project, cluster=job.cluster),
+        "efficiency": job_efficiency(job),
     }
 
 
