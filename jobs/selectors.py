@@ -193,13 +193,18 @@ _UNSUCCESSFUL_SLURM_STATES = sorted(
 def unsuccessful_charges(allocation: Allocation) -> tuple[int, int]:
     """GPU-seconds charged, and how many Slurm jobs (array tasks each) they were, to the
     allocation's account on its cluster for jobs that ended failed, cancelled or timed
-    out within its period; work outside the portal included, as it is charged too."""
+    out within its period (local days, as charges find their allocation); work outside
+    the portal included, as it is charged too."""
+
+    def midnight(day: dt.date) -> dt.datetime:
+        return timezone.make_aware(dt.datetime.combine(day, dt.time()))
+
     totals = AccountingRecord.objects.filter(
         cluster_id=allocation.cluster_id,
         account=allocation.project.slurm_account,
         state__in=_UNSUCCESSFUL_SLURM_STATES,
-        ended_at__date__gte=allocation.starts_on,
-        ended_at__date__lt=allocation.ends_on,
+        ended_at__gte=midnight(allocation.starts_on),
+        ended_at__lt=midnight(allocation.ends_on),
         charged_gpu_seconds__gt=0,
     ).aggregate(gpu_seconds=Sum("charged_gpu_seconds"), jobs=Count("id"))
     return totals["gpu_seconds"] or 0, totals["jobs"]
