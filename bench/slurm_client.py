@@ -155,7 +155,8 @@ def main() -> None:
 
 def measure(target, found, blocker, window_start, since, repeat) -> dict[str, float]:
     queue_argv = ["squeue", "--noheader", "--all", "--states=all", "-o", SQUEUE_FORMAT]
-    sacct_argv = ["sacct", "--allusers", "--allocations", "--noheader", "--parsable2",
+    # As the adapter's first read asks: with the steps (their usage), so no --allocations.
+    sacct_argv = ["sacct", "--allusers", "--noheader", "--parsable2",
                   f"--delimiter={FIELD_SEPARATOR}", f"--starttime={since}", "--endtime=now",
                   f"--format={SACCT_FORMAT}"]  # fmt: skip
     pending = request(target, QUEUED_NAME, after_ok=(blocker,))
@@ -166,7 +167,10 @@ def measure(target, found, blocker, window_start, since, repeat) -> dict[str, fl
     }
     figures: dict[str, float] = {
         "queued_jobs": len(target.output(queue_argv).split("\x1e")) - 1,
-        "accounted_jobs": len(target.output(sacct_argv).splitlines()),
+        "accounted_jobs": sum(  # a step's line ("12.batch") is no job
+            "." not in line.split(FIELD_SEPARATOR, 1)[0]
+            for line in target.output(sacct_argv).splitlines()
+        ),
     }
     if "cli" in found:
         cli = found["cli"]

@@ -37,6 +37,16 @@ class IngestResult:
     notes: list[str] = field(default_factory=list)
 
 
+# What a record keeps of its usage, by the same names as AccountingEntry's.
+EFFICIENCY_FIELDS = [
+    "time_limit_minutes",
+    "mem_allocated_bytes",
+    "cpu_time_s",
+    "mem_peak_bytes",
+    "gpu_util_percent",
+    "gpu_mem_peak_bytes",
+]
+
 _RECORD_FIELDS = [
     "array_job_id",
     "array_task",
@@ -55,6 +65,7 @@ _RECORD_FIELDS = [
     "started_at",
     "ended_at",
     "comment",
+    *EFFICIENCY_FIELDS,
     "updated_at",
 ]
 
@@ -140,6 +151,7 @@ def _upsert(cluster: Cluster, entries: list[AccountingEntry], jobs: dict[int, Jo
             started_at=entry.started_at,
             ended_at=entry.ended_at,
             comment=entry.comment[:200],
+            **{name: getattr(entry, name) for name in EFFICIENCY_FIELDS},
             updated_at=now,
         )
         for entry in entries

@@ -238,6 +238,14 @@ class AccountingRecord(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     comment = models.CharField(max_length=200, blank=True)
+    # What it used, for the job's efficiency (clusters.slurm.types.StepUsage): NULL is
+    # "not recorded by the cluster", never 0.
+    time_limit_minutes = models.PositiveIntegerField(null=True, blank=True)
+    mem_allocated_bytes = models.BigIntegerField(null=True, blank=True)
+    cpu_time_s = models.FloatField(null=True, blank=True)
+    mem_peak_bytes = models.BigIntegerField(null=True, blank=True)
+    gpu_util_percent = models.FloatField(null=True, blank=True)
+    gpu_mem_peak_bytes = models.BigIntegerField(null=True, blank=True)
     # Set once, when the record's charge is in the ledger (possibly of 0).
     charged_gpu_seconds = models.BigIntegerField(null=True, blank=True)
     charge_note = models.CharField(max_length=300, blank=True)
@@ -256,6 +264,8 @@ class AccountingRecord(models.Model):
                 condition=models.Q(charged_gpu_seconds__isnull=True),
                 name="accounting_uncharged",
             ),
+            # A project page sums its account's unsuccessful jobs over an allocation.
+            models.Index(fields=["cluster", "account", "ended_at"], name="accounting_account_end"),
         ]
 
     def __str__(self) -> str:

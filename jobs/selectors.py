@@ -6,17 +6,18 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.postgres.expressions import ArraySubquery
-from django.db.models import OuterRef, Q, QuerySet, Sum
+from django.db.models import Count, OuterRef, Q, QuerySet, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from accounts.models import Project, User
+from accounts.models import Allocation, Project, User
 from accounts.permissions import led_project_ids
 from clusters.models import Cluster
+from clusters.slurm.states import SlurmJobState
 from jobs import output, worker_calls
 from jobs.errors import OutputUnavailable
-from jobs.models import UNFINISHED_STATES, Job, JobTemplate
-from jobs.states import JobState
+from jobs.models import UNFINISHED_STATES, AccountingRecord, Job, JobTemplate
+from jobs.states import PORTAL_VALUE_OF, JobState
 
 
 def jobs_visible_to(user: User) -> QuerySet[Job]:
@@ -88,8 +89,11 @@ def project_jobs(user: User, project: Project, *, leads: bool) -> QuerySet[Job]:
 
 
 def job_detail(user: User, job_id: int) -> Job:
-    """One visible job with its events; Job.DoesNotExist for anyone else's (a 404)."""
-    return jobs_visible_to(user).prefetch_related("events", "depends_on").get(pk=job_id)
+    """One visible job with its events and accounting records (its efficiency);
+    Job.DoesNotExist for anyone else's (a 404)."""
+    return (
+        jobs_visible_to(user).prefetch_related("events", "depends_on", "accounting").get(pk=job_id)
+    )
 
 
 def templates_visible_to(user: User):
@@ -171,3 +175,36 @@ def unfinished_tasks_of(
     if excluding is not None:
         jobs = jobs.exclude(pk=excluding)
     return jobs.aggregate(tasks=Sum("array_tasks"))["tasks"] or 0
+
+
+# Jobs whose GPU-hours bought no result: they failed (out of memory too), were
+# cancelled, or ran out of time.
+UNSUCCESSFUL_STATES = (
+    JobState.FAILED,
+    JobState.OUT_OF_MEMORY,
+    JobState.CANCELLED,
+    JobState.TIMEOUT,
+)
+_UNSUCCESSFUL_SLURM_STATES = sorted(
+    str(state) for state in SlurmJobState if PORTAL_VALUE_OF[state] in UNSUCCESSFUL_STATES
+)
+
+
+def unsuccessful_charges(allocation: Allocation) -> tuple[int, int]:
+    """GPU-seconds charged, and how many Slurm jobs (array tasks each) they were, to the
+    allocation's account on its cluster for jobs that ended failed, cancelled or timed
+    out within its period (local days, as charges find their allocation); work outside
+    the portal included, as it is charged too."""
+
+    def midnight(day: dt.date) -> dt.datetime:
+        return timezone.make_aware(dt.datetime.combine(day, dt.time()))
+
+    totals = AccountingRecord.objects.filter(
+        cluster_id=allocation.cluster_id,
+        account=allocation.project.slurm_account,
+        state__in=_UNSUCCESSFUL_SLURM_STATES,
+        ended_at__gte=midnight(allocation.starts_on),
+        ended_at__lt=midnight(allocation.ends_on),
+        charged_gpu_seconds__gt=0,
+    ).aggregate(gpu_seconds=Sum("charged_gpu_seconds"), jobs=Count("id"))
+    return totals["gpu_seconds"] or 0, totals["jobs"]

@@ -11,6 +11,7 @@ from drf_spectacular.utils import OpenApiExample, extend_schema_field
 from rest_framework import serializers
 
 from accounts.api_support import related
+from jobs.efficiency import job_efficiency
 from jobs.internals import shared_serializer
 from jobs.models import Job, JobEvent, JobTemplate
 from jobs.pending_reasons import explain_job_wait
@@ -297,12 +298,43 @@ def job_list_items(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return items
 
 
+class EfficiencySerializer(serializers.Serializer):
+    """jobs.efficiency.Efficiency: null figures are not recorded by the cluster."""
+
+    tasks = serializers.IntegerField(help_text="Array tasks summed (1 for a plain job).")
+    elapsed_s = serializers.IntegerField(help_text="The longest task's run.")
+    time_limit_s = serializers.IntegerField(allow_null=True)
+    time_percent = serializers.FloatField(allow_null=True)
+    cpu_time_s = serializers.FloatField(allow_null=True, help_text="TotalCPU of all tasks.")
+    cpu_allocated_s = serializers.IntegerField(help_text="Elapsed x CPUs, all tasks.")
+    cpu_percent = serializers.FloatField(allow_null=True)
+    mem_peak_bytes = serializers.IntegerField(allow_null=True)
+    mem_allocated_bytes = serializers.IntegerField(allow_null=True)
+    mem_percent = serializers.FloatField(allow_null=True)
+    gpu_util_percent = serializers.FloatField(
+        allow_null=True, help_text="Null where Slurm records none (no NVML), never 0."
+    )
+    gpu_mem_peak_bytes = serializers.IntegerField(allow_null=True)
+    gpu_hours = serializers.FloatField(help_text="GPUs x elapsed, all tasks.")
+    asked_far_more_time = serializers.BooleanField()
+    asked_far_more_memory = serializers.BooleanField()
+
+
 class JobDetailSerializer(JobSerializer):
     events = JobEventSerializer(many=True, read_only=True)
+    efficiency = serializers.SerializerMethodField(
+        help_text="How the job used what it asked for; null until it ended and "
+        "accounting has it, and for a job that never ran."
+    )
 
     class Meta(JobSerializer.Meta):
-        fields = [*JobSerializer.Meta.fields, "events"]
+        fields = [*JobSerializer.Meta.fields, "events", "efficiency"]
         read_only_fields = fields
+
+    @extend_schema_field(EfficiencySerializer(allow_null=True))
+    def get_efficiency(self, job: Job) -> dict[str, Any] | None:
+        efficiency = job_efficiency(job)
+        return None if efficiency is None else EfficiencySerializer(efficiency).data
 
 
 def job_shown(job: Job) -> dict[str, Any]:

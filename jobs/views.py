@@ -25,6 +25,7 @@ from accounts.selectors import project_balance, projects_of
 from clusters.selectors import partition_pending_jobs, partitions_enabled
 from jobs import selectors, services
 from jobs.actions import ACTIONS
+from jobs.efficiency import job_efficiency
 from jobs.errors import JobInvalid, OutputUnavailable
 from jobs.forms import JobForm, SaveTemplateForm, initial_from_job, initial_from_template
 from jobs.models import UNFINISHED_STATES, Job, JobTemplate
@@ -252,6 +253,7 @@ def _job_context(request: HttpRequest, job: Job) -> dict:
         "queue_depth": partition_pending_jobs(job.cluster_id, job.partition.name)
         if job.state == JobState.PENDING and job.queue_place
         else None,
+        "efficiency": job_efficiency(job),
     }
 
 

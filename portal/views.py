@@ -33,7 +33,7 @@ from accounts.selectors import (
 )
 from accounts.usage import usage_chart
 from clusters.selectors import clusters_enabled
-from jobs.selectors import own_jobs, project_jobs
+from jobs.selectors import own_jobs, project_jobs, unsuccessful_charges
 from jobs.states import TERMINAL_STATES
 from portal.charts import BurnDown, burn_down
 from portal.health import health_report
@@ -174,6 +174,10 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
             a for a in allocations if a.state == Allocation.State.ACTIVE
         ),
         "past_allocations": [a for a in allocations if a.state != Allocation.State.ACTIVE],
+        # (allocation, GPU-seconds, jobs) of the jobs that failed, were cancelled or timed out.
+        "unsuccessful": [
+            (a, *unsuccessful_charges(a)) for a in allocations if a.state == Allocation.State.ACTIVE
+        ],
         "jobs": list(jobs[:25]),
         "form": form,
         "standings": project_standings(project),

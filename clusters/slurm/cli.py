@@ -209,17 +209,22 @@ class CliClient:
         return parse_squeue(result.stdout)
 
     def accounting_since(self, since: dt.datetime) -> list[AccountingEntry]:
+        # The first read takes the steps too (usage lives there only: StepUsage); the
+        # second asks for jobs that never ran, which have none.
         return with_unstarted_ends(
-            self._accounting(since, "--allusers"),
+            self._accounting(since, "--allusers", steps=True),
             self._accounting(since, "--allusers", f"--state={','.join(UNSTARTED_END_STATES)}"),
         )
 
-    def _accounting(self, since: dt.datetime, *selection: str) -> list[AccountingEntry]:
+    def _accounting(
+        self, since: dt.datetime, *selection: str, steps: bool = False
+    ) -> list[AccountingEntry]:
         # sacct refuses a start after its end ("now"); Slurm's clock may be behind ours.
         since = min(since, dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1))
         start = since.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        only_jobs = [] if steps else ["--allocations"]
         result = self._run(
-            ["sacct", *selection, "--allocations", "--noheader", "--parsable2",
+            ["sacct", *selection, *only_jobs, "--noheader", "--parsable2",
              f"--delimiter={FIELD_SEPARATOR}", f"--starttime={start}", "--endtime=now",
              f"--format={SACCT_FORMAT}"]
         )  # fmt: skip

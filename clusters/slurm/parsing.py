@@ -15,6 +15,8 @@ from clusters.slurm.types import (
     QueueEntry,
     SlurmAccount,
     StartEstimate,
+    StepUsage,
+    with_step_usage,
 )
 
 _UNLIMITED = {"infinite", "unlimited", "none"}
@@ -134,6 +136,10 @@ SACCT_FIELDS = (
     "Start",
     "End",
     "Comment",
+    "TimelimitRaw",
+    "TotalCPU",
+    "TRESUsageInMax",
+    "TRESUsageInAve",
     "JobName",  # last: the only field a user may fill with anything
 )
 SACCT_FORMAT = ",".join(SACCT_FIELDS)
@@ -279,14 +285,75 @@ def _sacct_records(text: str) -> list[list[str]]:
     return records
 
 
+_SIZE_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50}
+
+
+@reads_slurm_output
+def parse_size(text: str) -> int:
+    """A size as sacct prints it, in bytes: ``12460K``, ``500M``, ``2G``; bare is bytes."""
+    value = text.strip().upper()
+    unit = value[-1] if value and value[-1] in _SIZE_UNITS else ""
+    return round(float(value[: len(value) - len(unit)]) * _SIZE_UNITS[unit])
+
+
+@reads_slurm_output
+def parse_cpu_time(text: str) -> float:
+    """sacct's TotalCPU in seconds: ``00:05.287``, ``02:03:04``, ``1-02:03:04``."""
+    value = text.strip()
+    days = 0
+    if "-" in value:
+        day_text, value = value.split("-", 1)
+        days = int(day_text)
+    seconds = 0.0
+    for part in value.split(":"):
+        seconds = seconds * 60 + float(part)
+    return days * 86400 + seconds
+
+
+@reads_slurm_output
+def parse_tres_usage(text: str) -> dict[str, str]:
+    """``cpu=00:00:02,mem=12460K,gres/gpuutil=87`` by TRES name."""
+    return dict(item.partition("=")[::2] for item in text.split(",") if "=" in item)
+
+
+def _recorded_size(tres: dict[str, str], name: str) -> int | None:
+    # A size of 0 is a step that ended before it was sampled: not recorded.
+    size = parse_size(tres[name]) if name in tres else 0
+    return size or None
+
+
+def _step_usage(total_cpu: str, usage_max: str, usage_ave: str) -> StepUsage:
+    peaks, means = parse_tres_usage(usage_max), parse_tres_usage(usage_ave)
+    util = means.get("gres/gpuutil")
+    return StepUsage(
+        cpu_time_s=parse_cpu_time(total_cpu) if _value(total_cpu) else 0.0,
+        mem_peak_bytes=_recorded_size(peaks, "mem"),
+        gpu_util_percent=float(util) if util is not None else None,
+        gpu_mem_peak_bytes=_recorded_size(peaks, "gres/gpumem"),
+    )
+
+
 @reads_slurm_output
 def parse_sacct(text: str) -> list[AccountingEntry]:
+    """Jobs (and array tasks) from sacct, each with the usage of its steps folded in
+    (the lines ``<raw id>.batch``, ``.extern``, ``.0``… that follow it without
+    ``--allocations``)."""
     entries = []
+    steps: dict[int, list[StepUsage]] = {}
     for fields in _sacct_records(text):
         (raw_id, job_id, user, account, partition, state, exit_code, alloc_tres, elapsed,
-         submitted, started, ended, comment, name) = fields  # fmt: skip
+         submitted, started, ended, comment, time_limit, total_cpu, usage_max, usage_ave,
+         name) = fields  # fmt: skip
+        if "." in raw_id:
+            owner = raw_id.split(".", 1)[0]
+            if owner.isascii() and owner.isdigit():  # a heterogeneous job's "7+1.0" is left out
+                steps.setdefault(int(owner), []).append(
+                    _step_usage(total_cpu, usage_max, usage_ave)
+                )
+            continue
         array_job_id, array_task = parse_array_id(job_id)
         code, signal = parse_exit_code(exit_code)
+        allocated = parse_tres_usage(alloc_tres)
         entries.append(
             AccountingEntry(
                 job_id=int(raw_id),
@@ -306,9 +373,13 @@ def parse_sacct(text: str) -> list[AccountingEntry]:
                 started_at=parse_slurm_time(started),
                 ended_at=parse_slurm_time(ended),
                 comment=_value(comment) or "",
+                time_limit_minutes=(
+                    int(time_limit) if time_limit.isascii() and time_limit.isdigit() else None
+                ),
+                mem_allocated_bytes=_recorded_size(allocated, "mem"),
             )
         )
-    return entries
+    return [with_step_usage(entry, steps.get(entry.job_id, [])) for entry in entries]
 
 
 _TEST_ONLY = re.compile(r"to start at (?P<at>\S+) using \d+ processors on nodes (?P<nodes>\S+)")

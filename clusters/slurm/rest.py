@@ -338,8 +338,10 @@ class RestClient:
         # eligible are asked for again (22.05 heeds "state" only with an end_time, and
         # answers nothing without one).
         start = self._seconds_since(since)
+        # The first read takes the steps too (usage lives there only: StepUsage); the
+        # second asks for jobs that never ran, which have none.
         return with_unstarted_ends(
-            self._accounting({"start_time": start}),
+            self._accounting({"start_time": start}, steps=True),
             self._accounting({"start_time": start, "end_time": "now", "state": self._states()}),
         )
 
@@ -360,8 +362,12 @@ class RestClient:
         seconds = max(0, math.ceil((dt.datetime.now(dt.UTC) - since).total_seconds()))
         return f"now-{seconds + _WINDOW_SLACK_S}seconds"
 
-    def _accounting(self, window: Params) -> list[AccountingEntry]:
-        params = {**window, "skip_steps": "true", "cluster": self.cluster_name}
+    def _accounting(self, window: Params, *, steps: bool = False) -> list[AccountingEntry]:
+        params = {
+            **window,
+            "skip_steps": "false" if steps else "true",
+            "cluster": self.cluster_name,
+        }
         if self._db_reshaped():
             params.update(_WHOLE_TIMES)
         payload = self._call(

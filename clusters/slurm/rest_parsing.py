@@ -44,7 +44,9 @@ from clusters.slurm.types import (
     PartitionInfo,
     QueueEntry,
     SlurmAccount,
+    StepUsage,
     SubmitRequest,
+    with_step_usage,
 )
 
 Json = dict[str, Any]
@@ -348,9 +350,39 @@ def pending_array_tasks(array: Json) -> str | None:
     return f"[{spec}%{limit}]" if limit else f"[{spec}]"
 
 
+def _tres_count(tres: list[Json] | None, kind: str, name: str = "") -> int | None:
+    for item in tres or []:
+        if item.get("type") == kind and (item.get("name") or "") == name:
+            return number(item.get("count"))
+    return None
+
+
+def _cpu_seconds(times: Json) -> float:
+    # 22.05 lets microseconds run past a million (1 s + 1405304 µs is 2.405304 s).
+    total = times.get("total") or {}
+    return (number(total.get("seconds")) or 0) + (number(total.get("microseconds")) or 0) / 1e6
+
+
+@reads_slurm_output
+def step_usage(step: Json) -> StepUsage:
+    """A step's ``time.total`` and its usage (``tres.requested``: TRESUsageIn, by the
+    name both 22.05 and 24.11 give it): ``max`` mem (MaxRSS) and gres/gpumem, ``average``
+    gres/gpuutil. A size of 0 is a step never sampled: not recorded."""
+    usage = (step.get("tres") or {}).get("requested") or {}
+    peaks, means = usage.get("max"), usage.get("average")
+    util = _tres_count(means, "gres", "gpuutil")
+    return StepUsage(
+        cpu_time_s=_cpu_seconds(step.get("time") or {}),
+        mem_peak_bytes=_tres_count(peaks, "mem") or None,
+        gpu_util_percent=float(util) if util is not None else None,
+        gpu_mem_peak_bytes=_tres_count(peaks, "gres", "gpumem") or None,
+    )
+
+
 @reads_slurm_output
 def parse_accounting(payload: Json) -> list[AccountingEntry]:
-    """``GET /slurmdb/{v}/jobs``: one entry per job or array task, steps ignored.
+    """``GET /slurmdb/{v}/jobs``: one entry per job or array task, the usage of its
+    steps (when asked without ``skip_steps``) folded in.
 
     slurmrestd always asks with sacct's ``--duplicates``, so a requeued job
     comes once per run; the last submission is the job as it stands.
@@ -387,11 +419,20 @@ def parse_accounting(payload: Json) -> list[AccountingEntry]:
             ended_at=_time(times.get("end")) if state not in _UNENDED else None,
             # With AccountingStoreFlags=job_comment; null (24.11: "") until the job ends.
             comment=(job.get("comment") or {}).get("job") or "",
+            time_limit_minutes=_minutes(times.get("limit")),
+            mem_allocated_bytes=_mib_as_bytes(
+                _tres_count((job.get("tres") or {}).get("allocated"), "mem")
+            ),
         )
+        entry = with_step_usage(entry, [step_usage(step) for step in job.get("steps") or []])
         submitted = int(times.get("submission") or 0)
         if entry.job_id not in latest or submitted >= latest[entry.job_id][0]:
             latest[entry.job_id] = (submitted, entry)
     return [entry for _, entry in latest.values()]
+
+
+def _mib_as_bytes(mib: int | None) -> int | None:
+    return mib * 2**20 if mib else None
 
 
 _UNENDED = frozenset(

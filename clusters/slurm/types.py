@@ -99,6 +99,47 @@ class AccountingEntry(NamedTuple):
     ended_at: dt.datetime | None
     comment: str
     allocated_cpus: int = 0  # from AllocTRES cpu; 0 if it never started
+    # What the job used, for its efficiency; None is "not recorded", never 0 (see StepUsage).
+    time_limit_minutes: int | None = None  # None: no limit, or not known
+    mem_allocated_bytes: int | None = None  # AllocTRES mem: what it was given
+    cpu_time_s: float | None = None  # TotalCPU (user + system) of all its steps
+    mem_peak_bytes: int | None = None  # the highest MaxRSS of its steps
+    gpu_util_percent: float | None = None  # TRESUsageInAve gres/gpuutil (NVML only)
+    gpu_mem_peak_bytes: int | None = None  # TRESUsageInMax gres/gpumem (NVML only)
+
+
+class StepUsage(NamedTuple):
+    """What one step (``batch``, ``extern``, ``0``…) of a job used, as accounting keeps it.
+
+    Usage lives on steps only: the job's own record has no MaxRSS, and its TotalCPU is
+    the sum of its steps' (slurmrestd leaves it 0; sacct adds them up only when it reads
+    the steps). Memory and GPU figures come from jobacct_gather's samples: a step that
+    ended before the first sample (JobAcctGatherFrequency, 30 s by default) has none,
+    and GPU figures exist only where gres/gpu is NVML-backed and AccountingStorageTRES
+    lists gres/gpuutil and gres/gpumem. Missing is None, never 0.
+    """
+
+    cpu_time_s: float
+    mem_peak_bytes: int | None
+    gpu_util_percent: float | None
+    gpu_mem_peak_bytes: int | None
+
+
+def with_step_usage(entry: AccountingEntry, steps: list[StepUsage]) -> AccountingEntry:
+    """``entry`` with the usage of its ``steps`` folded in: CPU time added up, peaks the
+    highest (steps mostly run one after another, as seff counts them), GPU utilisation
+    the mean of the steps that recorded one. No steps: nothing known."""
+    if not steps:
+        return entry
+    mems = [s.mem_peak_bytes for s in steps if s.mem_peak_bytes is not None]
+    utils = [s.gpu_util_percent for s in steps if s.gpu_util_percent is not None]
+    gpu_mems = [s.gpu_mem_peak_bytes for s in steps if s.gpu_mem_peak_bytes is not None]
+    return entry._replace(
+        cpu_time_s=round(sum(s.cpu_time_s for s in steps), 3),
+        mem_peak_bytes=max(mems) if mems else None,
+        gpu_util_percent=sum(utils) / len(utils) if utils else None,
+        gpu_mem_peak_bytes=max(gpu_mems) if gpu_mems else None,
+    )
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,16 @@ def when(value: dt.datetime | None) -> SafeString | str:
 
 
 @register.filter
+def duration(seconds: float | int | None) -> str:
+    """A time used, in seconds, readable: "4.2 s", "12 min", "4 h 3 min"."""
+    if seconds is None:
+        return "—"
+    if seconds < 60:
+        return _("%(n)s s") % {"n": floatformat(seconds, "-1g")}
+    return minutes(round(seconds / 60))
+
+
+@register.filter
 def minutes(value: int | None) -> str:
     """A time limit in minutes, readable: "90 min", "4 h", "2 d 3 h"."""
     if value is None:

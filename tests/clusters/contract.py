@@ -229,6 +229,27 @@ def test_the_queue_gives_gpus_nodes_priority_and_a_pending_job_s_forecast(client
         client.cancel(running, user=USER)
 
 
+# Burns a CPU for about 3 s holding some 50 MB. jobacct_gather samples every 30 s on the
+# dev clusters, so the work runs in an srun step that asks for a sample every second.
+BURN = (
+    "#!/bin/bash\n"
+    "srun --acctg-freq=task=1 /bin/bash -c 'head -c 50000000 /dev/zero | tail >/dev/null;"
+    " end=$((SECONDS+3)); while [ $SECONDS -lt $end ]; do :; done'\n"
+)
+
+
+def test_an_ended_jobs_usage_comes_back_from_its_steps(client, job):
+    entry = accounted(client, client.submit(job(script=BURN, mem_per_gpu_mb=700)))
+    assert entry.state == SlurmJobState.COMPLETED
+    assert entry.cpu_time_s >= 1  # TotalCPU, of the steps (the job's own says 0 in REST)
+    assert entry.cpu_time_s <= entry.elapsed_s * entry.allocated_cpus + 1
+    assert entry.mem_peak_bytes > 0  # MaxRSS, of the steps
+    assert entry.mem_allocated_bytes == 700 * 2**20
+    assert entry.time_limit_minutes == 5
+    # Fake GPUs: no NVML, so nothing recorded, which is not 0.
+    assert entry.gpu_util_percent is None and entry.gpu_mem_peak_bytes is None
+
+
 def test_a_failing_job_keeps_its_exit_code(client, job):
     entry = accounted(client, client.submit(job(script="#!/bin/bash\nexit 3\n")))
     assert entry.state == SlurmJobState.FAILED

@@ -12,12 +12,14 @@ from clusters.slurm.parsing import (
     parse_alloc_cpus,
     parse_alloc_gpus,
     parse_array_id,
+    parse_cpu_time,
     parse_exit_code,
     parse_job_count,
     parse_sacct,
     parse_sacctmgr_accounts,
     parse_sacctmgr_associations,
     parse_sinfo_partitions,
+    parse_size,
     parse_squeue,
     parse_sshare_account,
     parse_test_only,
@@ -67,7 +69,7 @@ def test_sacct_records_carry_gpus_exit_codes_and_times():
 def test_a_newline_in_a_job_name_does_not_split_the_record():
     line = "\x1f".join(
         ["5", "5", "u", "a", "p", "COMPLETED", "0:0", "gres/gpu=1", "3", "Unknown",
-         "Unknown", "Unknown", "", "two\nlines"]
+         "Unknown", "Unknown", "", "", "", "", "", "two\nlines"]
     )  # fmt: skip
     [entry] = parse_sacct(line + "\n")
     assert entry.name == "two\nlines"
@@ -290,3 +292,48 @@ def test_an_account_known_to_slurmdbd_but_without_an_association_here_is_not_lis
         parse_sacctmgr_associations(recorded("sacctmgr-associations.txt")),
     )
     assert "elsewhere" not in [account.name for account in accounts]
+
+
+# --- usage, from the steps (sacct-steps*.txt: without --allocations) -------------------
+# Recorded on 2026-12-04 as alice in account contract, --mem=500M -t 5: 28 (22.05) and
+# 3 (24.11) burn a CPU for 3 s in the batch step only, which ends before
+# jobacct_gather's first sample (30 s): no memory recorded. 39 (22.05) and 15 (24.11)
+# run with --acctg-freq=task=1 and burn in an srun step and the batch step.
+
+
+@pytest.mark.parametrize(
+    ("fixture", "short", "sampled", "cpu_s", "peak_k"),
+    [("sacct-steps.txt", 28, 39, (1.782, 5.287), 12460),
+     ("sacct-steps-24.11.txt", 3, 15, (2.327, 5.619), 13328)],
+)  # fmt: skip
+def test_sacct_steps_fold_into_the_jobs_usage(fixture, short, sampled, cpu_s, peak_k):
+    jobs = {entry.job_id: entry for entry in parse_sacct(recorded(fixture))}
+    assert set(jobs) == {short, sampled}  # the steps are no entries of their own
+    for job in jobs.values():
+        assert job.time_limit_minutes == 5
+        assert job.mem_allocated_bytes == 500 * 2**20
+        assert job.gpu_util_percent is None and job.gpu_mem_peak_bytes is None  # fake GPUs
+    assert (jobs[short].cpu_time_s, jobs[sampled].cpu_time_s) == cpu_s
+    assert jobs[short].mem_peak_bytes is None  # never sampled: unknown, not 0
+    assert jobs[sampled].mem_peak_bytes == peak_k * 1024  # the batch step's, the higher
+
+
+def test_an_older_recording_without_usage_reads_as_not_recorded():
+    job = next(e for e in parse_sacct(recorded("sacct.txt")) if e.job_id == 76)
+    assert (job.cpu_time_s, job.mem_peak_bytes, job.time_limit_minutes) == (None, None, None)
+    assert job.mem_allocated_bytes == 1000 * 2**20
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("00:05.287", 5.287), ("02:03:04", 7384), ("1-02:03:04", 93784), ("00:00:00", 0)],
+)
+def test_total_cpu_in_every_form(text, seconds):
+    assert parse_cpu_time(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    ("text", "size"), [("12460K", 12460 * 1024), ("500M", 500 * 2**20), ("2G", 2**31), ("0", 0)]
+)
+def test_sizes_as_sacct_prints_them(text, size):
+    assert parse_size(text) == size

@@ -74,6 +74,9 @@ TEXT_PARSERS: dict[str, Callable[[str], object]] = {
     "node_states": parsing.node_states,
     "gpus_by_type": parsing.gpus_by_type,
     "expand_hostlist": parsing.expand_hostlist,
+    "parse_size": parsing.parse_size,
+    "parse_cpu_time": parsing.parse_cpu_time,
+    "parse_tres_usage": parsing.parse_tres_usage,
 }
 
 
@@ -86,6 +89,9 @@ TEXT_PARSERS: dict[str, Callable[[str], object]] = {
 @example(text="9" * 5000)  # more digits than int() reads
 @example(text="2026-13-45T99:99:99")  # a time no calendar has
 @example(text="to start at 2026-02-30T00:00:00 using 1 processors on nodes n1")
+@example(text="1e400K")  # parse_size: a size no integer holds (an OverflowError, once)
+@example(text="nanK")  # parse_size: not a number
+@example(text="1-x:2")  # parse_cpu_time: minutes that are not a number
 @example(text="1000x")  # parse_job_count: a count that is not a number (a ValueError, once)
 def test_every_text_parser_reads_anything_or_says_it_cannot(text):
     for parse in TEXT_PARSERS.values():
@@ -239,6 +245,45 @@ def test_alloc_tres_counts_typed_gpus_only_without_the_total(gpus, typed):
     assert parsing.parse_alloc_gpus(with_total) == gpus
 
 
+step_ids = st.sampled_from(["batch", "extern", "0", "1"])
+
+
+@FAST
+@given(
+    job_id=st.integers(1, 2**31),
+    steps=st.lists(
+        st.tuples(step_ids, st.integers(0, 10**6), st.integers(0, 999), st.integers(0, 2**40)),
+        max_size=4,
+    ),
+)
+def test_a_jobs_steps_fold_into_its_usage(job_id, steps):
+    """sacct's steps (TotalCPU as [D-]HH:MM:SS.mmm, MaxRSS in K) add up to the job's CPU
+    time and highest peak; a peak of 0 (never sampled) and no step are not recorded."""
+    job = [str(job_id), str(job_id), "u", "a", "p", "COMPLETED", "0:0",
+           "cpu=2,gres/gpu=1,mem=4G", "60", "Unknown", "Unknown", "Unknown", "", "90", "", "",
+           "", "name"]  # fmt: skip
+    lines = [_record(job)]
+    for step, seconds, millis, rss in steps:
+        days, rest = divmod(seconds, 86400)
+        hours, rest = divmod(rest, 3600)
+        cpu = f"{days}-{hours:02d}:{rest // 60:02d}:{rest % 60:02d}.{millis:03d}"
+        usage = f"cpu=00:00:01,mem={rss // 1024}K,energy=0"
+        step_id = f"{job_id}.{step}"
+        fields = [step_id, step_id, "", "a", "", "COMPLETED", "0:0", "", "1", "", "", "", "",
+                  "", cpu, usage, usage, step]  # fmt: skip
+        lines.append(_record(fields))
+    [entry] = parsing.parse_sacct("\n".join(lines) + "\n")
+    assert entry.time_limit_minutes == 90
+    assert entry.mem_allocated_bytes == 4 * 2**30
+    assert entry.gpu_util_percent is None  # no NVML: never 0
+    if not steps:
+        assert entry.cpu_time_s is None and entry.mem_peak_bytes is None
+        return
+    assert entry.cpu_time_s == round(sum(s + m / 1000 for _, s, m, _ in steps), 3)
+    peak = max(rss // 1024 * 1024 for *_, rss in steps)
+    assert entry.mem_peak_bytes == (peak or None)
+
+
 # --- slurmrestd's JSON ----------------------------------------------------------------
 
 json_values = st.recursive(
@@ -251,7 +296,7 @@ json_values = st.recursive(
 JOB_KEYS = ["job_id", "job_state", "state", "array_job_id", "array_task_id", "array_task_string",
             "name", "user_name", "user_id", "account", "partition", "state_reason", "comment",
             "submit_time", "start_time", "time_limit", "exit_code", "array", "time", "tres",
-            "user"]  # fmt: skip
+            "user", "steps"]  # fmt: skip
 # 24.11's (v0.0.40+) numbers: {"set", "infinite", "number"}, and its lists of states.
 number_objects = st.fixed_dictionaries(
     {"set": st.booleans(), "infinite": st.booleans(), "number": st.integers() | st.floats()},
@@ -294,6 +339,7 @@ REST_PARSERS: dict[str, Callable[[Any], object]] = {
     "parse_queue": rest_parsing.parse_queue,
     "parse_queue_exit_codes": rest_parsing.parse_queue_exit_codes,
     "parse_accounting": rest_parsing.parse_accounting,
+    "step_usage": rest_parsing.step_usage,
     "error_list": rest_parsing.error_list,
     "error_codes": rest_parsing.error_codes,
     "errors_message": rest_parsing.errors_message,
@@ -333,6 +379,8 @@ REST_PARSERS: dict[str, Callable[[Any], object]] = {
 @given(payload=payloads)
 @example(payload=[])  # a list where an object belongs
 @example(payload={"jobs": [{"job_id": 1}]})  # no job_state
+@example(payload={"time": {"total": {"seconds": 1, "microseconds": "x"}}})
+@example(payload={"tres": {"requested": {"max": [{"type": "mem", "count": 2**70}]}}})
 @example(payload={"jobs": [{"job_id": 1, "job_state": "RUNNING", "submit_time": 10**20}]})
 @example(payload={"jobs": [{"job_id": 1, "job_state": "FAILED", "exit_code": "x"}]})
 @example(payload={"jobs": [None]})

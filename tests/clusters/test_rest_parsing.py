@@ -39,6 +39,7 @@ from clusters.slurm.rest_parsing import (
     parse_queue,
     parse_queue_exit_codes,
     pending_array_tasks,
+    step_usage,
     submit_body,
     submitted_job_id,
     tres_minutes_limit,
@@ -658,3 +659,49 @@ def test_a_24_11_job_description_uses_its_own_keys():
     assert plain["environment"] == ["SLURM_JOB_NAME=train"]
     assert not {"tres_per_node", "cpus_per_tres", "array", "dependency"} & set(plain)
     assert submit_body(request(), "v0.0.38")["script"] == "#!/bin/bash\ntrue\n"
+
+
+# --- usage, from the steps (accounting_steps*.json: read without skip_steps) -----------
+# The jobs of ../cli/sacct-steps*.txt, read through slurmrestd at the same time: the job's
+# own time.total is 0 there, so its CPU time is its steps'; 28 and 3 were never sampled.
+
+STEPS_FIXTURES = [
+    ("accounting_steps.json", 28, 39),
+    *((f"{NEXT}/accounting_steps-{version}.json", 3, 15) for version in RESHAPED),
+]
+
+
+@pytest.mark.parametrize(("fixture", "short", "sampled"), STEPS_FIXTURES)
+def test_accounting_folds_the_steps_usage_as_sacct_does(fixture, short, sampled):
+    jobs = {entry.job_id: entry for entry in parse_accounting(recorded(fixture))}
+    assert set(jobs) == {short, sampled}
+    for job in jobs.values():
+        assert job.time_limit_minutes == 5
+        assert job.mem_allocated_bytes == 500 * 2**20
+        assert job.gpu_util_percent is None and job.gpu_mem_peak_bytes is None  # fake GPUs
+        assert job.cpu_time_s > 1.5  # each burnt a CPU for about 2 s or more
+    assert jobs[short].mem_peak_bytes is None
+    # What sacct printed for the same job (12460K, 13328K), to the byte.
+    assert jobs[sampled].mem_peak_bytes == {39: 12460, 15: 13328}[sampled] * 1024
+    # sacct prints TotalCPU to the millisecond, cut off: 5.287 there, 5.288 here.
+    expected_cpu = {28: 1.782, 39: 5.287, 3: 2.327, 15: 5.619}
+    for job in jobs.values():
+        assert job.cpu_time_s == pytest.approx(expected_cpu[job.job_id], abs=0.002)
+
+
+def test_a_steps_usage_reads_gpu_figures_where_nvml_records_them():
+    step = {
+        "time": {"total": {"seconds": 1, "microseconds": 1405304}},
+        "tres": {
+            "requested": {
+                "max": [{"type": "mem", "count": 2048},
+                        {"type": "gres", "name": "gpumem", "count": 4096}],
+                "average": [{"type": "gres", "name": "gpuutil", "count": 0}],
+            }
+        },
+    }  # fmt: skip
+    usage = step_usage(step)
+    assert usage.cpu_time_s == pytest.approx(2.405304)  # 22.05's microseconds past a million
+    assert (usage.mem_peak_bytes, usage.gpu_mem_peak_bytes) == (2048, 4096)
+    assert usage.gpu_util_percent == 0.0  # a recorded idle GPU is 0; unrecorded is None
+    assert step_usage({}).gpu_util_percent is None
