@@ -340,8 +340,12 @@ def test_a_job_cancelled_before_it_was_ever_eligible_is_accounted_as_cancelled(c
     running = client.submit(job(script="#!/bin/bash\nsleep 120\n"))
     try:
         waiting = client.submit(job(after_ok=(running,)))
-        entry = wait_for("the job to wait", lambda: queued(client, waiting), 30)
-        assert entry.reason == "Dependency"
+        # Queued with the reason "None" until the scheduler's next pass looks at it.
+        wait_for(
+            "the job to wait on its dependency",
+            lambda: getattr(queued(client, waiting), "reason", "") == "Dependency",
+            30,
+        )
         client.cancel(waiting, user=USER)
         ended = accounted(client, waiting)
         assert ended.state == SlurmJobState.CANCELLED
