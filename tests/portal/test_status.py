@@ -156,6 +156,24 @@ def test_everyone_signed_in_sees_the_numbers_and_managers_the_nodes_and_stuck_gp
     assert slurm_calls == []  # the page and the API read the database only
 
 
+def test_the_managers_page_lists_the_nodes_that_need_attention_unless_asked_for_all(
+    stored, alice, manny
+):
+    snapshot = stored.snapshot
+    busy = {**snapshot["nodes"][0], "name": "busy", "reason": ""}
+    snapshot["nodes"].append(busy)  # allocated and held by its jobs: nothing to see
+    stored.save()
+    page = signed_in(manny).get("/status/").content.decode()
+    listed = {n for n in ("vm", "vm2", "busy") if f'data-node="{n}"' in page}
+    assert listed == {"vm", "vm2"}  # stuck GPUs; drained
+    assert "2 of 3 nodes" in page
+    page = signed_in(manny).get("/status/?nodes=all").content.decode()
+    assert all(f'data-node="{n}"' in page for n in ("vm", "vm2", "busy"))
+    assert "All 3 nodes." in page
+    page = signed_in(alice).get("/status/?nodes=all").content.decode()
+    assert "data-node=" not in page  # a researcher sees no node, whatever is asked
+
+
 def test_the_api_answers_a_token_and_refuses_anonymous(stored, alice):
     _, secret = token_create(user=alice, name="status")
     client = Client(headers={"Authorization": f"Bearer {secret}"})
