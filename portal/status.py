@@ -148,7 +148,7 @@ def status_page(request: HttpRequest) -> HttpResponse:
     context = {
         "clusters": [
             _page_view(status, manager=manager, all_nodes=all_nodes)
-            for status in cluster_statuses()
+            for status in cluster_statuses(leaving_out=() if manager else _MANAGERS_ONLY)
         ],
         "manager": manager,
         "all_nodes": all_nodes,
@@ -267,5 +267,6 @@ class Status(APIView):
     )
     def get(self, request: Request) -> Response:
         manager = is_allocation_manager(cast(User, request.user))
-        clusters = [status_view(status, manager=manager) for status in cluster_statuses()]
+        statuses = cluster_statuses(leaving_out=() if manager else _MANAGERS_ONLY)
+        clusters = [status_view(status, manager=manager) for status in statuses]
         return Response(StatusSerializer({"clusters": clusters}).data)

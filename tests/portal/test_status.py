@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from accounts.tokens import token_create
 from clusters.models import ClusterStatus
+from clusters.selectors import cluster_statuses
 from clusters.slurm import client_for
 from clusters.slurm.cli import CliClient
 from clusters.slurm.parsing import expand_hostlist
@@ -172,6 +173,14 @@ def test_the_managers_page_lists_the_nodes_that_need_attention_unless_asked_for_
     assert "All 3 nodes." in page
     page = signed_in(alice).get("/status/?nodes=all").content.decode()
     assert "data-node=" not in page  # a researcher sees no node, whatever is asked
+
+
+def test_a_reader_who_may_not_see_the_nodes_does_not_fetch_them(stored):
+    [status] = cluster_statuses(leaving_out=("nodes", "stuck"))
+    assert "nodes" not in status.snapshot and "stuck" not in status.snapshot
+    assert status.snapshot["pending_jobs"] == 27 and status.snapshot["partitions"]
+    [whole] = cluster_statuses()
+    assert whole.snapshot == stored.snapshot
 
 
 def test_the_api_answers_a_token_and_refuses_anonymous(stored, alice):
