@@ -40,7 +40,6 @@ import os
 import pstats
 import statistics
 import sys
-import threading
 import time
 import warnings
 from pathlib import Path
@@ -48,7 +47,8 @@ from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from bench import own_database, web_server  # noqa: E402
+from bench import http_load, own_database, web_server  # noqa: E402
+from bench.http_load import percentile  # noqa: E402
 
 BENCH_DATABASE = "portal_bench_api"
 BENCH_URL = own_database.url(BENCH_DATABASE)
@@ -164,48 +164,14 @@ def fill(args: argparse.Namespace) -> tuple[str, float]:
     return token, fill_s
 
 
-def percentile(values: list[float], p: int) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
-
-
 def load(
     url: str, token: str, path: str, *, clients: int, requests: int
 ) -> tuple[list[float], float]:
-    """``requests`` GETs of ``path`` from ``clients`` threads at once: each one's latency
-    (to the last byte of the body) and the wall time."""
-    latencies: list[float] = []
-    lock = threading.Lock()
-    left = [requests]
-    failures: list[str] = []
-    start = threading.Barrier(clients + 1)
-
-    def client() -> None:
-        with httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
-            start.wait()
-            while True:
-                with lock:
-                    if left[0] == 0:
-                        return
-                    left[0] -= 1
-                began = time.perf_counter()
-                response = http.get(f"{url}{path}")
-                elapsed = time.perf_counter() - began
-                with lock:
-                    latencies.append(elapsed)
-                    if response.status_code != 200:
-                        failures.append(f"{response.status_code} {response.text[:200]}")
-
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    for thread in threads:
-        thread.start()
-    start.wait()
-    began = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    wall = time.perf_counter() - began
-    if failures:
-        raise SystemExit(f"{len(failures)} requests of {path} failed, e.g. {failures[0]}")
-    return latencies, wall
+    """``requests`` GETs of ``path`` from ``clients`` threads at once, with the token."""
+    return http_load.load(
+        url, path, clients=clients, requests=requests,
+        headers={"Authorization": f"Bearer {token}"},
+    )  # fmt: skip
 
 
 def one_by_one(url: str, token: str, path: str, count: int) -> list[float]:

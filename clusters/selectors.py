@@ -1,9 +1,11 @@
 """Reads of clusters and partitions shared by pages, the API and health checks."""
 
 import datetime as dt
+from collections.abc import Collection
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.contrib.postgres.fields import ArrayField
+from django.db.models import CharField, F, Func, JSONField, QuerySet, Value
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -78,13 +80,31 @@ def cluster_status_due(cluster: Cluster) -> bool:
     return not ClusterStatus.objects.filter(cluster=cluster, taken_at__gt=since).exists()
 
 
-def cluster_statuses() -> list[ClusterStatus]:
-    """The last status of each enabled cluster that has one, by cluster name."""
-    return list(
+class _WithoutKeys(Func):
+    """A JSON object without the keys of a text array (PostgreSQL's ``jsonb - text[]``)."""
+
+    template = "(%(expressions)s)"
+    arg_joiner = " - "
+    output_field = JSONField()
+
+
+def cluster_statuses(*, leaving_out: Collection[str] = ()) -> list[ClusterStatus]:
+    """The last status of each enabled cluster that has one, by cluster name; the
+    snapshots without the keys ``leaving_out``, which the database leaves out (the
+    nodes are most of a snapshot: a reader who may not see them does not fetch them)."""
+    statuses = (
         ClusterStatus.objects.filter(cluster__is_enabled=True)
         .select_related("cluster")
         .order_by("cluster__name")
     )
+    if not leaving_out:
+        return list(statuses)
+    keys = Value(sorted(leaving_out), output_field=ArrayField(CharField()))
+    found: list[ClusterStatus] = []
+    for status in statuses.defer("snapshot").annotate(shown=_WithoutKeys(F("snapshot"), keys)):
+        status.snapshot = status.shown
+        found.append(status)
+    return found
 
 
 def partition_pending_jobs(cluster_id: int, partition: str) -> int | None:

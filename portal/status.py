@@ -3,7 +3,8 @@
 Both read each cluster's last stored status (``clusters.models.ClusterStatus``, made by
 the queue sync from one node and one queue listing): no page view runs a Slurm command.
 Everyone signed in sees GPUs, nodes by state and the queue's depth; allocation managers
-also see every node with its reason and the stuck-GPU alert (``clusters.status``).
+also see the nodes with their reasons (on the page those that need attention, every
+node with ``?nodes=all``) and the stuck-GPU alert (``clusters.status``).
 """
 
 from dataclasses import dataclass
@@ -101,7 +102,19 @@ def _states_shown(nodes_by_state: dict[str, int]) -> list[tuple[str, int]]:
     ]
 
 
-def _page_view(status: ClusterStatus, *, manager: bool) -> dict[str, Any]:
+# The nodes simply at work or free. Unless asked for every node, the managers' page lists
+# the others (down, drained, reserved…), those with a reason and those with stuck GPUs:
+# on a cluster of thousands of nodes, tens of rows rather than thousands (the counts by
+# state above them cover the rest).
+_AT_WORK = frozenset({"allocated", "mixed", "idle"})
+
+
+def _needs_attention(node: dict[str, Any], stuck: set[str]) -> bool:
+    at_work = node.get("state") in _AT_WORK and not node.get("reason")
+    return not at_work or node.get("name") in stuck
+
+
+def _page_view(status: ClusterStatus, *, manager: bool, all_nodes: bool) -> dict[str, Any]:
     view = status_view(status, manager=manager)
     view["states_shown"] = _states_shown(view.get("nodes_by_state") or {})
     view["partitions"] = [
@@ -113,9 +126,13 @@ def _page_view(status: ClusterStatus, *, manager: bool) -> dict[str, Any]:
         }
         for partition in view.get("partitions") or []
     ]
-    for node in view.get("nodes") or []:
-        node["state_label"] = CONDITION_LABELS.get(node.get("state", ""), node.get("state"))
     stuck = view.get("stuck") or {}
+    nodes = view.get("nodes") or []
+    stuck_names = {row.get("name") for row in stuck.get("nodes") or []}
+    view["nodes_total"] = len(nodes)
+    view["nodes"] = [node for node in nodes if all_nodes or _needs_attention(node, stuck_names)]
+    for node in view["nodes"]:
+        node["state_label"] = CONDITION_LABELS.get(node.get("state", ""), node.get("state"))
     for row in stuck.get("nodes") or []:
         row["since_at"] = parse_datetime(row.get("since") or "")
     for row in stuck.get("waiting_jobs") or []:
@@ -127,9 +144,14 @@ def _page_view(status: ClusterStatus, *, manager: bool) -> dict[str, Any]:
 @login_required
 def status_page(request: HttpRequest) -> HttpResponse:
     manager = is_allocation_manager(cast(User, request.user))
+    all_nodes = manager and request.GET.get("nodes") == "all"
     context = {
-        "clusters": [_page_view(status, manager=manager) for status in cluster_statuses()],
+        "clusters": [
+            _page_view(status, manager=manager, all_nodes=all_nodes)
+            for status in cluster_statuses(leaving_out=() if manager else _MANAGERS_ONLY)
+        ],
         "manager": manager,
+        "all_nodes": all_nodes,
         "conditions": CONDITIONS,
     }
     return render(request, "portal/status.html", context)
@@ -245,5 +267,6 @@ class Status(APIView):
     )
     def get(self, request: Request) -> Response:
         manager = is_allocation_manager(cast(User, request.user))
-        clusters = [status_view(status, manager=manager) for status in cluster_statuses()]
+        statuses = cluster_statuses(leaving_out=() if manager else _MANAGERS_ONLY)
+        clusters = [status_view(status, manager=manager) for status in statuses]
         return Response(StatusSerializer({"clusters": clusters}).data)

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from accounts.tokens import token_create
 from clusters.models import ClusterStatus
+from clusters.selectors import cluster_statuses
 from clusters.slurm import client_for
 from clusters.slurm.cli import CliClient
 from clusters.slurm.parsing import expand_hostlist
@@ -154,6 +155,32 @@ def test_everyone_signed_in_sees_the_numbers_and_managers_the_nodes_and_stuck_gp
     assert "seen" not in managed["stuck"]
     assert [n["reason"] for n in managed["nodes"]] == ["", "fan <b>broken</b>"]
     assert slurm_calls == []  # the page and the API read the database only
+
+
+def test_the_managers_page_lists_the_nodes_that_need_attention_unless_asked_for_all(
+    stored, alice, manny
+):
+    snapshot = stored.snapshot
+    busy = {**snapshot["nodes"][0], "name": "busy", "reason": ""}
+    snapshot["nodes"].append(busy)  # allocated and held by its jobs: nothing to see
+    stored.save()
+    page = signed_in(manny).get("/status/").content.decode()
+    listed = {n for n in ("vm", "vm2", "busy") if f'data-node="{n}"' in page}
+    assert listed == {"vm", "vm2"}  # stuck GPUs; drained
+    assert "2 of 3 nodes" in page
+    page = signed_in(manny).get("/status/?nodes=all").content.decode()
+    assert all(f'data-node="{n}"' in page for n in ("vm", "vm2", "busy"))
+    assert "All 3 nodes." in page
+    page = signed_in(alice).get("/status/?nodes=all").content.decode()
+    assert "data-node=" not in page  # a researcher sees no node, whatever is asked
+
+
+def test_a_reader_who_may_not_see_the_nodes_does_not_fetch_them(stored):
+    [status] = cluster_statuses(leaving_out=("nodes", "stuck"))
+    assert "nodes" not in status.snapshot and "stuck" not in status.snapshot
+    assert status.snapshot["pending_jobs"] == 27 and status.snapshot["partitions"]
+    [whole] = cluster_statuses()
+    assert whole.snapshot == stored.snapshot
 
 
 def test_the_api_answers_a_token_and_refuses_anonymous(stored, alice):
