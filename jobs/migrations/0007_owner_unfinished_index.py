@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
     dependencies = [
         ('accounts', '0015_reconcile_standings'),
         ('clusters', '0009_cluster_status'),
-        ('jobs', '0005_queue_place'),
+        ('jobs', '0006_job_efficiency'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
