@@ -48,7 +48,7 @@ HOLDING = frozenset(
 )
 # The words of ``node_condition``, busiest first: the order the page lists them in.
 CONDITIONS = ("allocated", "mixed", "idle", "draining", "drained", "reserved", "down", "other")
-WAITING_LISTED = 50
+WAITING_LISTED = 20  # the longest waiting, with the count of all: enough to act on
 _UNAVAILABLE = frozenset({"draining", "drained", "reserved", "down"})
 
 

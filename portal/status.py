@@ -16,7 +16,7 @@ from django.shortcuts import render
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_GET
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -262,11 +262,25 @@ class Status(APIView):
         summary="Each cluster's GPUs, nodes and queue, as last polled",
         description="Read from the portal's database (the queue sync polls each cluster "
         "every PORTAL_CLUSTER_STATUS_INTERVAL_S): no Slurm command runs. Allocation "
-        "managers also get `nodes` and `stuck`.",
+        "managers also get `stuck` and `nodes`: those that need attention (down, drained, "
+        "reserved, with a reason or stuck GPUs), every node with `?nodes=all`.",
+        parameters=[
+            OpenApiParameter(
+                "nodes",
+                str,
+                enum=["all"],
+                description="`all`: every node (managers), not only those that need attention.",
+            )
+        ],
         responses=StatusSerializer,
     )
     def get(self, request: Request) -> Response:
         manager = is_allocation_manager(cast(User, request.user))
+        all_nodes = request.query_params.get("nodes") == "all"
         statuses = cluster_statuses(leaving_out=() if manager else _MANAGERS_ONLY)
         clusters = [status_view(status, manager=manager) for status in statuses]
+        for cluster in clusters:
+            if "nodes" in cluster and not all_nodes:  # as on the page: those that need it
+                stuck = {row.get("name") for row in (cluster.get("stuck") or {}).get("nodes") or []}
+                cluster["nodes"] = [n for n in cluster["nodes"] if _needs_attention(n, stuck)]
         return Response(StatusSerializer({"clusters": clusters}).data)

@@ -174,6 +174,14 @@ def test_the_managers_page_lists_the_nodes_that_need_attention_unless_asked_for_
     page = signed_in(alice).get("/status/?nodes=all").content.decode()
     assert "data-node=" not in page  # a researcher sees no node, whatever is asked
 
+    def api_nodes(user, query=""):
+        [cluster] = signed_in(user).get(f"/api/v1/status/{query}").json()["clusters"]
+        return {node["name"] for node in cluster.get("nodes", [])}
+
+    assert api_nodes(manny) == {"vm", "vm2"}  # the API bounds them as the page does
+    assert api_nodes(manny, "?nodes=all") == {"vm", "vm2", "busy"}
+    assert api_nodes(alice, "?nodes=all") == set()
+
 
 def test_a_reader_who_may_not_see_the_nodes_does_not_fetch_them(stored):
     [status] = cluster_statuses(leaving_out=("nodes", "stuck"))
