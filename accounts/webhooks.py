@@ -35,7 +35,7 @@ from typing import Any
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
-from django.db.models import Q, QuerySet
+from django.db.models import OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -349,4 +349,16 @@ def webhook_deliveries_due(*, now: dt.datetime | None = None, limit: int = 500) 
         WebhookDelivery.objects.filter(state=WebhookDelivery.State.PENDING, next_try_at__lte=now)
         .order_by("next_try_at")
         .values_list("pk", flat=True)[:limit]
+    )
+
+
+def webhooks_listed(user: User) -> QuerySet[Webhook]:
+    """``webhooks_of(user)`` with what their latest delivery did (``last_*``)."""
+    latest = WebhookDelivery.objects.filter(webhook=OuterRef("pk")).order_by("-created_at", "-id")
+    return webhooks_of(user).annotate(
+        last_event=Subquery(latest.values("event")[:1]),
+        last_state=Subquery(latest.values("state")[:1]),
+        last_status=Subquery(latest.values("last_status")[:1]),
+        last_error=Subquery(latest.values("last_error")[:1]),
+        last_attempt_at=Subquery(latest.values("last_attempt_at")[:1]),
     )

@@ -17,6 +17,7 @@ import time
 
 import pytest
 from django.core import mail
+from django.test import Client
 from django.utils import timezone
 
 from accounts import webhook_http
@@ -345,3 +346,73 @@ def test_a_user_hook_hears_only_of_its_owners_jobs(alice, bob, receiver):
     hook, _ = webhook_create(actor=alice, url=receiver.url, events=["job.ended"])
     assert webhook_event("job.ended", user=bob, payload={}) == 0
     assert list(Webhook.objects.filter(user=alice)) == [hook]
+
+
+def test_the_api_registers_lists_tests_and_deletes_a_hook(project, alice, bob, receiver):
+    from accounts.tokens import token_create
+
+    membership_set(project=project, user=bob, role="member")
+    _, plain = token_create(user=alice, name="t")
+    api = Client(headers={"Authorization": f"Bearer {plain}"})
+    answer = api.post(
+        "/api/v1/hooks/",
+        {"url": receiver.url, "events": ["job.ended", "allocation.usage_80"], "project": "vision"},
+        content_type="application/json",
+    )
+    assert answer.status_code == 201, answer.content
+    secret, hook_id = answer.json()["secret"], answer.json()["id"]
+    assert secret.startswith("whsec_") and Webhook.objects.get(pk=hook_id).secret == secret
+    listed = api.get("/api/v1/hooks/").json()
+    assert [h["id"] for h in listed] == [hook_id] and "secret" not in listed[0]
+
+    refused = api.post(
+        "/api/v1/hooks/",
+        {"url": "http://169.254.169.254/", "events": ["job.ended"]},
+        content_type="application/json",
+    )
+    assert refused.status_code == 400 and "link-local" in refused.json()["error"]["message"]
+
+    _, bobs = token_create(user=bob, name="t")
+    teammate = Client(headers={"Authorization": f"Bearer {bobs}"})
+    assert teammate.post(f"/api/v1/hooks/{hook_id}/test/").status_code == 404
+    assert teammate.delete(f"/api/v1/hooks/{hook_id}/").status_code == 404
+    assert api.post(f"/api/v1/hooks/{hook_id}/test/").status_code == 202
+    assert webhook_deliver(delivery_id=WebhookDelivery.objects.get().pk) == "delivered"
+    assert api.get("/api/v1/hooks/").json()[0]["last_status"] == 200
+    assert api.delete(f"/api/v1/hooks/{hook_id}/").status_code == 204
+    assert not Webhook.objects.exists()
+
+
+def test_the_page_shows_a_new_secret_once_and_a_disabled_hook_with_its_reason(alice, receiver):
+    page = Client()
+    page.force_login(alice)
+    answer = page.post(
+        "/hooks/", {"owner": "", "url": receiver.url, "events": ["job.ended"], "format": "json"}
+    )
+    assert answer.status_code == 200
+    hook = Webhook.objects.get()
+    assert hook.secret in answer.content.decode()
+    Webhook.objects.filter(pk=hook.pk).update(
+        disabled_at=timezone.now(), disabled_reason="Disabled after 3 failed deliveries"
+    )
+    again = page.get("/hooks/").content.decode()
+    assert hook.secret not in again and "Disabled after 3 failed deliveries" in again
+    bad = page.post("/hooks/", {"url": "http://10.0.0.1/", "events": ["job.ended"], "format": "json"})
+    assert bad.status_code == 400 and "private address" in bad.content.decode()
+
+
+def test_an_allocation_notice_reaches_the_project_hooks_once(project, cluster, alice, receiver):
+    from accounts.ledger import ledger_charge
+    from accounts.notifications import notifications_send
+
+    hook, _ = webhook_create(
+        actor=alice, project=project, url=receiver.url, events=["allocation.usage_80"]
+    )
+    allocation = project.allocations.get()
+    ledger_charge(
+        allocation=allocation, reference="r:1", gpu_seconds=9 * 3600, user=alice
+    )
+    notifications_send()
+    notifications_send()
+    [delivery] = hook.deliveries.all()
+    assert delivery.event == "allocation.usage_80" and delivery.payload["project"] == "vision"
