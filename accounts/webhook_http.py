@@ -119,7 +119,7 @@ def checked_address(
 ) -> IPAddress:
     """The address to connect to: the host resolved once, every address it has allowed."""
     try:
-        names = [target.host] if _is_literal(target.host) else resolver(target.host, target.port)
+        names = [target.host] if is_literal(target.host) else resolver(target.host, target.port)
         addresses = [ipaddress.ip_address(name.split("%")[0]) for name in names]
     except (OSError, ValueError) as error:
         raise Refused(f"{target.host} does not resolve: {error}") from None
@@ -131,7 +131,7 @@ def checked_address(
     return addresses[0]
 
 
-def _is_literal(host: str) -> bool:
+def is_literal(host: str) -> bool:
     try:
         ipaddress.ip_address(host)
     except ValueError:

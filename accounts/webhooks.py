@@ -60,14 +60,17 @@ def _allowed() -> list[webhook_http.IPNetwork]:
     return [ipaddress.ip_network(net) for net in settings.WEBHOOK_ALLOWED_NETWORKS]
 
 
-def url_refusal(url: str, *, resolver: webhook_http.Resolver | None = None) -> str | None:
-    """Why ``url`` cannot be a hook's address, said when it is registered (the check that
-    counts is made again where each delivery connects), or None."""
+def url_refusal(url: str) -> str | None:
+    """Why ``url`` cannot be a hook's address, said when it is registered, or None: the
+    scheme, the port, and an address written in it. A name is not resolved here (what it
+    resolves to today proves nothing later); the check that counts is made where each
+    delivery connects."""
     try:
         target = webhook_http.target_of(url)
-        webhook_http.checked_address(
-            target, allowed=_allowed(), resolver=resolver or webhook_http.system_resolver
-        )
+        if webhook_http.is_literal(target.host):
+            webhook_http.checked_address(
+                target, allowed=_allowed(), resolver=webhook_http.system_resolver
+            )
     except webhook_http.Refused as refusal:
         return str(refusal)
     return None
@@ -92,7 +95,6 @@ def webhook_create(
     events: Iterable[str],
     format: str = Webhook.Format.JSON,
     project: Project | None = None,
-    resolver: webhook_http.Resolver | None = None,
 ) -> tuple[Webhook, str]:
     """Register a hook for ``actor`` (or for ``project``, which they must lead); the hook and
     its secret, which is shown to the caller this once."""
@@ -106,7 +108,7 @@ def webhook_create(
         )
     if format not in Webhook.Format.values:
         raise Refused(_("The format is json or slack."))
-    if (why := url_refusal(url, resolver=resolver)) is not None:
+    if (why := url_refusal(url)) is not None:
         raise Refused(_("This address cannot receive webhooks: %(why)s.") % {"why": why})
     owned = Webhook.objects.filter(project=project) if project else actor.webhooks.all()
     if owned.count() >= MAX_HOOKS_PER_OWNER:
