@@ -15,7 +15,12 @@ from accounts.permissions import membership_of
 
 
 class WebhookSerializer(serializers.ModelSerializer):
-    project = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    project: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="slug",
+        read_only=True,
+        allow_null=True,
+        help_text="The project whose hook it is; null: the caller's own.",
+    )
     last_event = serializers.CharField(read_only=True, allow_null=True, default=None)
     last_state = serializers.CharField(
         read_only=True,
@@ -48,9 +53,6 @@ class WebhookSerializer(serializers.ModelSerializer):
             "last_attempt_at",
         ]
         read_only_fields = fields
-        extra_kwargs = {
-            "project": {"help_text": "The project whose hook it is; null: the caller's own."}
-        }
 
 
 class NewWebhookSerializer(WebhookSerializer):
@@ -124,7 +126,11 @@ class WebhookList(APIView):
                 )
             project = membership.project
         hook, secret = webhooks.webhook_create(
-            actor=user, url=data["url"], events=data["events"], format=data["format"], project=project
+            actor=user,
+            url=data["url"],
+            events=data["events"],
+            format=data["format"],
+            project=project,
         )
         body = NewWebhookSerializer(hook, context={"secret": secret}).data
         return Response(body, status=status.HTTP_201_CREATED)

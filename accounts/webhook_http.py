@@ -196,4 +196,3 @@ def post(
             return status
         url = urljoin(url, location)
     raise SendFailed(f"more than {MAX_REDIRECTS} redirects")
-

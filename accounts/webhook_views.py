@@ -41,9 +41,9 @@ class WebhookForm(forms.Form):
     def __init__(self, *args: object, projects: list[Project], **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.projects = {project.slug: project for project in projects}
-        self.fields["owner"].choices = [(MINE, _("My jobs"))] + [
-            (project.slug, project.name) for project in projects
-        ]
+        owner = self.fields["owner"]
+        assert isinstance(owner, forms.ChoiceField)
+        owner.choices = [(MINE, _("My jobs"))] + [(p.slug, p.name) for p in projects]
 
 
 @login_required
@@ -94,7 +94,8 @@ def webhook_test_view(request: HttpRequest, hook_id: int) -> HttpResponse:
     hook = _hook_or_404(request, hook_id)
     webhook_test_send(webhook=hook)
     messages.success(
-        request, _("A test delivery to %(url)s is on its way: reload to see how it went.")
+        request,
+        _("A test delivery to %(url)s is on its way: reload to see how it went.")
         % {"url": hook.url},
     )
     return redirect("webhooks")

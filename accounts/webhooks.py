@@ -20,12 +20,12 @@ again when the lease ends, so a delivery is sent late rather than never.
 """
 
 import datetime as dt
+import functools
 import hashlib
 import hmac
 import ipaddress
 import json
 import logging
-import random
 import secrets
 import smtplib
 import time
@@ -42,7 +42,7 @@ from django.utils.translation import gettext as _
 from accounts import webhook_http
 from accounts.errors import NotAllowed, Refused
 from accounts.models import Project, User, Webhook, WebhookDelivery
-from accounts.permissions import is_lead, led_project_ids, leads_of
+from accounts.permissions import is_lead, leads_of, led_project_ids
 
 logger = logging.getLogger(__name__)
 
@@ -113,8 +113,7 @@ def webhook_create(
     owned = Webhook.objects.filter(project=project) if project else actor.webhooks.all()
     if owned.count() >= MAX_HOOKS_PER_OWNER:
         raise Refused(
-            _("At most %(limit)s webhooks each: delete one first.")
-            % {"limit": MAX_HOOKS_PER_OWNER}
+            _("At most %(limit)s webhooks each: delete one first.") % {"limit": MAX_HOOKS_PER_OWNER}
         )
     secret = "whsec_" + secrets.token_urlsafe(32)
     hook = Webhook.objects.create(
@@ -137,7 +136,7 @@ def _enqueue(delivery_ids: list[int]) -> None:
     from accounts.tasks import webhook_deliver_task
 
     for delivery_id in delivery_ids:
-        transaction.on_commit(lambda d=delivery_id: webhook_deliver_task.delay(d))
+        transaction.on_commit(functools.partial(webhook_deliver_task.delay, delivery_id))
 
 
 def webhook_event(
@@ -212,7 +211,7 @@ def backoff(attempts: int) -> dt.timedelta:
     """The wait after ``attempts`` failed tries: doubling from the base, capped, and
     between half and all of it (jitter: many hooks failing at once do not retry at once)."""
     full = min(settings.WEBHOOK_RETRY_BASE_S * 2 ** (attempts - 1), MAX_BACKOFF.total_seconds())
-    return dt.timedelta(seconds=full * random.uniform(0.5, 1.0))
+    return dt.timedelta(seconds=full * secrets.SystemRandom().uniform(0.5, 1.0))
 
 
 def _claim(delivery_id: int, now: dt.datetime) -> WebhookDelivery | None:
@@ -296,8 +295,7 @@ def _record(delivery: WebhookDelivery, *, status: int | None, error: str, now: d
             return state
         hook.consecutive_failures += 1
         disable = (
-            hook.disabled_at is None
-            and hook.consecutive_failures >= settings.WEBHOOK_DISABLE_AFTER
+            hook.disabled_at is None and hook.consecutive_failures >= settings.WEBHOOK_DISABLE_AFTER
         )
         if disable:
             hook.disabled_at = now
@@ -341,7 +339,9 @@ def _tell_disabled(hook: Webhook) -> None:
             recipient_list=addresses,
         )
     except (smtplib.SMTPException, OSError) as error:
-        logger.warning("could not tell %s that webhook %s was disabled: %s", addresses, hook.pk, error)
+        logger.warning(
+            "could not tell %s that webhook %s was disabled: %s", addresses, hook.pk, error
+        )
 
 
 def webhook_deliveries_due(*, now: dt.datetime | None = None, limit: int = 500) -> list[int]:

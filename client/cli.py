@@ -27,8 +27,8 @@ from client import __version__, config
 from client.account import cmd_login, cmd_projects
 from client.api import ApiError
 from client.exits import EPILOG, Exit
-from client.hooks import cmd_hooks
 from client.formatting import hours
+from client.hooks import cmd_hooks
 from client.jobs import cmd_cancel, cmd_jobs, cmd_show
 from client.jobspec import JobSpecError, parse_assignment, parse_minutes
 from client.logs import cmd_logs
@@ -205,7 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
     with_interval(logs)
 
     hooks = with_json(command("hooks", cmd_hooks, "your webhooks and your projects'"))
-    hooks.add_argument("action", choices=["list", "add", "test", "delete"], nargs="?", default="list")
+    hooks.add_argument(
+        "action", choices=["list", "add", "test", "delete"], nargs="?", default="list"
+    )
     hooks.add_argument("target", nargs="?", help="add: the URL; test, delete: the hook's id")
     hooks.add_argument(
         "--event",

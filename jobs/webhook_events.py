@@ -37,5 +37,9 @@ def job_ended(job_id: int) -> int:
         f"ended {job.state}, exit code {job.exit_code}, {hours:.2f} GPU-hours."
     )
     return webhook_event(
-        Webhook.Event.JOB_ENDED, project=job.project_id, user=job.owner_id, payload=payload, text=text
+        Webhook.Event.JOB_ENDED,
+        project=job.project_id,
+        user=job.owner_id,
+        payload=payload,
+        text=text,
     )

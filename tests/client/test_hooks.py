@@ -28,8 +28,9 @@ def test_hooks_lists_them_with_the_last_delivery_and_why_one_is_disabled(sgp, po
 
 def test_hooks_add_sends_the_events_and_prints_the_secret(sgp, portal):
     portal.on("POST", "hooks/", httpx.Response(201, json=HOOK | {"secret": "whsec_abc"}))
-    result = sgp("hooks", "add", "https://hooks.example.org/x", "--project", "vision",
-                 "--event", "allocation.usage_80", "--event", "job.ended", portal=portal)  # fmt: skip
+    events = ["--event", "allocation.usage_80", "--event", "job.ended"]
+    result = sgp("hooks", "add", "https://hooks.example.org/x", "--project", "vision", *events,
+                 portal=portal)  # fmt: skip
     assert result.code == 0, result.err
     [sent] = portal.sent("POST", "hooks/")
     assert json.loads(sent.content) == {
