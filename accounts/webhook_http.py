@@ -33,7 +33,6 @@ REDIRECT_STATUSES = {301, 302, 303, 307, 308}
 SCHEMES = {"http": 80, "https": 443}
 SHARED_ADDRESS_SPACE = ipaddress.ip_network("100.64.0.0/10")  # CGNAT
 NAT64_PREFIXES = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
-MAX_RESPONSE_BYTES = 64 * 1024
 
 
 class Refused(Exception):
@@ -169,7 +168,8 @@ def _send_once(
     try:
         connection.request("POST", target.path, body=body, headers=headers)
         response = connection.getresponse()
-        response.read(MAX_RESPONSE_BYTES)
+        # The body is not read: only the status counts, and a receiver that sends it
+        # slowly must not hold the worker.
         return response.status, response.getheader("Location")
     except (OSError, http.client.HTTPException) as error:
         raise SendFailed(f"{type(error).__name__}: {error}") from None

@@ -15,8 +15,9 @@ that fails ``WEBHOOK_DISABLE_AFTER`` tries in a row is disabled and its owner to
 Addresses are checked where the request connects (accounts.webhook_http).
 
 Claims: a worker takes a due delivery by moving its ``next_try_at`` ahead by a lease
-(a conditional update that only one worker wins); a worker that dies leaves it due
-again when the lease ends, so a delivery is sent late rather than never.
+and counting the try (a conditional update that only one worker wins); a worker that
+dies leaves it due again when the lease ends, so a delivery is sent late rather than
+never, and a receiver that keeps the worker until it is killed still uses up tries.
 """
 
 import datetime as dt
@@ -35,7 +36,7 @@ from typing import Any
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
-from django.db.models import OuterRef, Q, QuerySet, Subquery
+from django.db.models import F, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -52,8 +53,8 @@ PROJECT_EVENTS = tuple(Event)
 TEST_EVENT = "ping"
 MAX_HOOKS_PER_OWNER = 10
 MAX_BACKOFF = dt.timedelta(hours=1)
-# Longer than one delivery may take (all hops at the timeout), shorter than a retry.
-CLAIM_LEASE = dt.timedelta(minutes=2)
+# Longer than the delivery task may run (its time limit), so a live try is never taken.
+CLAIM_LEASE = dt.timedelta(minutes=5)
 
 
 def _allowed() -> list[webhook_http.IPNetwork]:
@@ -217,7 +218,7 @@ def backoff(attempts: int) -> dt.timedelta:
 def _claim(delivery_id: int, now: dt.datetime) -> WebhookDelivery | None:
     claimed = WebhookDelivery.objects.filter(
         pk=delivery_id, state=WebhookDelivery.State.PENDING, next_try_at__lte=now
-    ).update(next_try_at=now + CLAIM_LEASE)
+    ).update(next_try_at=now + CLAIM_LEASE, attempts=F("attempts") + 1)
     if not claimed:
         return None
     return WebhookDelivery.objects.select_related("webhook").get(pk=delivery_id)
@@ -241,6 +242,10 @@ def webhook_deliver(
             state=WebhookDelivery.State.FAILED, last_error="the webhook is disabled"
         )
         return WebhookDelivery.State.FAILED
+    if delivery.attempts > settings.WEBHOOK_MAX_ATTEMPTS:
+        # The last try never recorded its outcome (its worker was killed: a receiver that
+        # answers too slowly); it counted, as every claimed try does.
+        return _record(delivery, status=None, error="the last try did not finish", now=now)
     body = _body(delivery)
     status, error = None, ""
     started = time.monotonic()
@@ -270,7 +275,7 @@ def webhook_deliver(
 
 
 def _record(delivery: WebhookDelivery, *, status: int | None, error: str, now: dt.datetime) -> str:
-    attempts = delivery.attempts + 1
+    attempts = delivery.attempts  # counted when it was claimed
     if not error:
         state = WebhookDelivery.State.DELIVERED
         next_try = None
@@ -287,7 +292,9 @@ def _record(delivery: WebhookDelivery, *, status: int | None, error: str, now: d
             last_status=status,
             last_error=error[:500],
         )
-        hook = Webhook.objects.select_for_update().get(pk=delivery.webhook_id)
+        hook = Webhook.objects.select_for_update().filter(pk=delivery.webhook_id).first()
+        if hook is None:
+            return state  # deleted while the request was out, with its deliveries
         if not error:
             # A success (a test delivery, when the hook is disabled) turns it back on.
             hook.consecutive_failures, hook.disabled_at, hook.disabled_reason = 0, None, ""

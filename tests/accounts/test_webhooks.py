@@ -437,3 +437,16 @@ def test_an_allocation_notice_reaches_the_project_hooks_once(project, cluster, a
     notifications_send()
     [delivery] = hook.deliveries.all()
     assert delivery.event == "allocation.usage_80" and delivery.payload["project"] == "vision"
+
+
+def test_a_try_whose_worker_died_counts_and_the_last_one_gives_up(alice, receiver, settings):
+    settings.WEBHOOK_MAX_ATTEMPTS = 2
+    webhook_create(actor=alice, url=receiver.url, events=["job.ended"])
+    webhook_event("job.ended", user=alice, payload={})
+    delivery = WebhookDelivery.objects.get()
+    # Two claims whose workers were killed before recording anything (the lease ran out).
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(attempts=2)
+    assert webhook_deliver(delivery_id=delivery.pk) == "failed"
+    delivery.refresh_from_db()
+    assert (delivery.attempts, delivery.last_error) == (3, "the last try did not finish")
+    assert receiver.requests == []
