@@ -19,6 +19,8 @@ import pytest
 from django.core import mail
 from django.test import Client
 from django.utils import timezone
+from hypothesis import given
+from hypothesis import strategies as st
 
 from accounts import webhook_http
 from accounts.errors import NotAllowed, Refused
@@ -450,3 +452,46 @@ def test_a_try_whose_worker_died_counts_and_the_last_one_gives_up(alice, receive
     delivery.refresh_from_db()
     assert (delivery.attempts, delivery.last_error) == (3, "the last try did not finish")
     assert receiver.requests == []
+
+
+NON_PUBLIC_V4 = [
+    ipaddress.ip_network(n)
+    for n in ("0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
+              "172.16.0.0/12", "192.168.0.0/16", "224.0.0.0/4", "240.0.0.0/4")
+]  # fmt: skip
+
+
+@st.composite
+def non_public_v4(draw) -> ipaddress.IPv4Address:
+    network = draw(st.sampled_from(NON_PUBLIC_V4))
+    offset = draw(st.integers(0, network.num_addresses - 1))
+    return network.network_address + offset
+
+
+@given(non_public_v4())
+def test_every_ipv6_form_of_a_non_public_ipv4_address_is_refused(v4):
+    as_int = int(v4)
+    forms = [
+        v4,
+        ipaddress.IPv6Address(f"::ffff:{v4}"),  # IPv4-mapped
+        ipaddress.IPv6Address(as_int),  # IPv4-compatible
+        ipaddress.IPv6Address((0x2002 << 112) | (as_int << 80)),  # 6to4
+        ipaddress.IPv6Address(int(ipaddress.IPv6Address("64:ff9b::")) | as_int),  # NAT64
+    ]
+    for address in forms:
+        assert webhook_http.address_refusal(address, []) is not None, address
+
+
+@given(st.text(max_size=80))
+def test_a_url_is_a_target_or_refused_never_an_error(url):
+    try:
+        target = webhook_http.target_of(url)
+    except webhook_http.Refused:
+        return
+    assert target.scheme in ("http", "https") and target.host
+    assert target.port in (80, 443) or 1024 <= target.port <= 65535
+
+
+@given(st.from_regex(r"https?://[a-z0-9.\[\]:%@-]{1,30}(:[0-9]{1,6})?/[ -~]{0,20}", fullmatch=True))
+def test_a_url_like_text_is_a_target_or_refused_never_an_error(url):
+    test_a_url_is_a_target_or_refused_never_an_error.hypothesis.inner_test(url)
