@@ -12,6 +12,8 @@ import http.server
 import ipaddress
 import json
 import socket
+import ssl
+import subprocess
 import threading
 import time
 
@@ -495,3 +497,45 @@ def test_a_url_is_a_target_or_refused_never_an_error(url):
 @given(st.from_regex(r"https?://[a-z0-9.\[\]:%@-]{1,30}(:[0-9]{1,6})?/[ -~]{0,20}", fullmatch=True))
 def test_a_url_like_text_is_a_target_or_refused_never_an_error(url):
     test_a_url_is_a_target_or_refused_never_an_error.hypothesis.inner_test(url)
+
+
+def test_https_sends_the_urls_name_as_sni_and_verifies_the_certificate(alice, tmp_path):
+    """A TLS receiver on 127.0.0.1 with a self-signed certificate for evil.test: the
+    delivery asks for evil.test (SNI) although it connects to the checked address, and
+    refuses the certificate no authority signed."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=evil.test", "-addext", "subjectAltName=DNS:evil.test",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    names: list[str | None] = []
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    context.sni_callback = lambda sock, name, ctx: names.append(name)
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def accept_one():
+        conn, _ = server.accept()
+        try:
+            context.wrap_socket(conn, server_side=True)
+        except (ssl.SSLError, OSError):
+            pass  # the client gives up on the certificate
+        finally:
+            conn.close()
+
+    thread = threading.Thread(target=accept_one, daemon=True)
+    thread.start()
+    try:
+        webhook_create(actor=alice, url=f"https://evil.test:{port}/hook", events=["job.ended"])
+        webhook_event("job.ended", user=alice, payload={})
+        delivery = WebhookDelivery.objects.get()
+        webhook_deliver(delivery_id=delivery.pk, resolver=resolving({"evil.test": ["127.0.0.1"]}))
+        thread.join(timeout=10)
+    finally:
+        server.close()
+    delivery.refresh_from_db()
+    assert names == ["evil.test"]
+    assert "CERTIFICATE_VERIFY_FAILED" in delivery.last_error
