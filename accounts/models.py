@@ -483,3 +483,86 @@ class SlurmAccountListing(models.Model):
 
     def __str__(self) -> str:
         return f"accounts of {self.cluster} at {self.listed_at:%Y-%m-%d %H:%M}"
+
+
+class Webhook(models.Model):
+    """A URL told of events (accounts.webhooks): a user's, for their own jobs ending, or a
+    project's, registered by its PI or a co-PI, for its jobs and its allocations.
+
+    The secret signs every delivery, so the portal must be able to compute the HMAC:
+    it is kept as it is in this table (unlike an access token, of which only a hash is
+    kept), shown to its owner once, when the hook is made, and never again.
+    """
+
+    class Event(models.TextChoices):
+        JOB_ENDED = "job.ended", _("A job ended")
+        # xgettext:no-python-format (a literal %: xgettext would take "% o" for a directive)
+        USAGE_80 = "allocation.usage_80", _("80% of an allocation's GPU-hours used")
+        USAGE_100 = "allocation.usage_100", _("All of an allocation's GPU-hours used")
+        EXPIRES_SOON = "allocation.expires_soon", _("An allocation ends within 14 days")
+        MEMBER_CAP_REACHED = "member.cap_reached", _("A member reached their cap")
+
+    class Format(models.TextChoices):
+        JSON = "json", _("JSON")
+        SLACK = "slack", _("Slack-compatible")
+
+    # Exactly one of user and project: whose hook it is.
+    user = models.ForeignKey(
+        User, on_delete=models.CASCADE, null=True, blank=True, related_name="webhooks"
+    )
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, null=True, blank=True, related_name="webhooks"
+    )
+    created_by = models.ForeignKey(
+        User, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    url = models.URLField(max_length=500)
+    events = models.JSONField(default=list)
+    format = models.CharField(max_length=5, choices=Format.choices, default=Format.JSON)
+    secret = models.CharField(max_length=80)
+    created_at = models.DateTimeField(auto_now_add=True)
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    disabled_at = models.DateTimeField(null=True, blank=True)
+    disabled_reason = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(user__isnull=False, project__isnull=True)
+                | models.Q(user__isnull=True, project__isnull=False),
+                name="webhook_of_a_user_or_a_project",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.url} of {self.user or self.project}"
+
+
+class WebhookDelivery(models.Model):
+    """One event for one hook, tried until delivered or given up (accounts.webhooks)."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", _("Pending")
+        DELIVERED = "delivered", _("Delivered")
+        FAILED = "failed", _("Failed")
+
+    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
+    event = models.CharField(max_length=32)
+    payload = models.JSONField()
+    text = models.CharField(max_length=1000, blank=True)
+    state = models.CharField(max_length=9, choices=State.choices, default=State.PENDING)
+    created_at = models.DateTimeField(auto_now_add=True)
+    attempts = models.PositiveIntegerField(default=0)
+    # When the next try is due; a worker trying it moves it ahead (a lease) first.
+    next_try_at = models.DateTimeField(null=True, blank=True)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_status = models.PositiveIntegerField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["state", "next_try_at"], name="webhook_delivery_due")]
+
+    def __str__(self) -> str:
+        return f"{self.event} to {self.webhook_id} ({self.state})"

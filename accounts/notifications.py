@@ -34,8 +34,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from accounts.models import Allocation, Notification, User
+from accounts.models import Allocation, Notification, User, Webhook
 from accounts.permissions import leads_of
+from accounts.webhooks import webhook_event
 
 logger = logging.getLogger(__name__)
 
@@ -236,5 +237,33 @@ def notifications_send(*, now: dt.datetime | None = None) -> int:
                 logger.warning(
                     "nobody with an email address to tell %s of %s", notice.kind, notice.allocation
                 )
-            claims.update(sent_at=now, recipients=", ".join(delivered[notice]))
+            if claims.update(sent_at=now, recipients=", ".join(delivered[notice])):
+                _tell_webhooks(notice, today)
     return sent
+
+
+WEBHOOK_EVENT_OF = {
+    Kind.USAGE_80: Webhook.Event.USAGE_80,
+    Kind.USAGE_100: Webhook.Event.USAGE_100,
+    Kind.EXPIRES_SOON: Webhook.Event.EXPIRES_SOON,
+}
+
+
+def _tell_webhooks(notice: Notice, today: dt.date) -> None:
+    """The project's hooks hear of a notice once, with the claim that settles it."""
+    allocation = notice.allocation
+    webhook_event(
+        WEBHOOK_EVENT_OF[Kind(notice.kind)],
+        project=allocation.project_id,
+        payload={
+            "project": allocation.project.slug,
+            "cluster": str(allocation.cluster),
+            "allocation": allocation.pk,
+            "starts_on": allocation.starts_on.isoformat(),
+            "ends_on": allocation.ends_on.isoformat(),
+            "granted_gpu_hours": round(allocation.granted_gpu_seconds / 3600, 3),
+            "used_gpu_hours": round(allocation.used_gpu_seconds / 3600, 3),
+            "held_gpu_hours": round(allocation.held_gpu_seconds / 3600, 3),
+        },
+        text=f"{allocation.project.name} ({allocation.project.slug}): {_line(notice, today)}",
+    )

@@ -9,6 +9,7 @@ from accounts.ledger import allocations_expire_due
 from accounts.notifications import notifications_send
 from accounts.posix import posix_login_survey
 from accounts.reconcile import reconcile
+from accounts.webhooks import webhook_deliver, webhook_deliveries_due
 from clusters.selectors import clusters_enabled
 from clusters.workers import reply
 
@@ -69,3 +70,15 @@ def directory_sync_task() -> None:
         return
     for line in report.switched_off + report.switched_on + report.memberships:
         logger.info("directory sync: %s", line)
+
+
+@shared_task(time_limit=120, soft_time_limit=100)
+def webhook_deliver_task(delivery_id: int) -> None:
+    webhook_deliver(delivery_id=delivery_id)
+
+
+@shared_task(time_limit=240, soft_time_limit=200)
+def webhook_deliveries_sweep_task() -> None:
+    """Send the deliveries that are due: retries, and new ones whose task was lost."""
+    for delivery_id in webhook_deliveries_due():
+        webhook_deliver_task.delay(delivery_id)

@@ -167,7 +167,7 @@ class Api:
                     exit_code=Exit.UNAVAILABLE,
                 ) from None
             if response.is_success:
-                if not _is_json(response):
+                if response.status_code != 204 and not _is_json(response):
                     raise ApiError(
                         f"The answer from {response.request.url} is not the portal API's "
                         "(not JSON); is this the portal's address?",

@@ -9,6 +9,7 @@
     sgp jobs --state running,pending
     sgp logs 12 --follow                             # exit 0 if the job completed, 1 if not
     sgp show 12 --json
+    sgp hooks add https://example.org/hook --event job.ended   # prints the signing secret once
 
 Human tables by default, ``--json`` for scripts; the exit codes are in
 client/exits.py (and ``sgp --help``).
@@ -27,6 +28,7 @@ from client.account import cmd_login, cmd_projects
 from client.api import ApiError
 from client.exits import EPILOG, Exit
 from client.formatting import hours
+from client.hooks import cmd_hooks
 from client.jobs import cmd_cancel, cmd_jobs, cmd_show
 from client.jobspec import JobSpecError, parse_assignment, parse_minutes
 from client.logs import cmd_logs
@@ -201,6 +203,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="print new output until the job ends; exit 0 if it completed, 1 if not",
     )
     with_interval(logs)
+
+    hooks = with_json(command("hooks", cmd_hooks, "your webhooks and your projects'"))
+    hooks.add_argument(
+        "action", choices=["list", "add", "test", "delete"], nargs="?", default="list"
+    )
+    hooks.add_argument("target", nargs="?", help="add: the URL; test, delete: the hook's id")
+    hooks.add_argument(
+        "--event",
+        action="append",
+        help="add: an event it hears of (repeatable; default job.ended): job.ended, "
+        "allocation.usage_80, allocation.usage_100, allocation.expires_soon, member.cap_reached",
+    )
+    hooks.add_argument("--project", help="add: a project you lead (default: your own jobs)")
+    hooks.add_argument("--format", choices=["json", "slack"], default="json")
     return parser
 
 

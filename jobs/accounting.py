@@ -21,7 +21,7 @@ from clusters.models import Cluster, Partition
 from clusters.slurm import SlurmClient, client_for
 from clusters.slurm.states import SlurmJobState
 from clusters.slurm.types import AccountingEntry
-from jobs import pricing, specs
+from jobs import pricing, specs, webhook_events
 from jobs.models import AccountingRecord, ClusterSync, Job, JobEvent
 from jobs.states import PORTAL_VALUE_OF, TERMINAL_VALUES, JobState
 from jobs.tokens import is_submission_of, token_in
@@ -311,6 +311,8 @@ def _finish(job: Job, records: list[AccountingRecord]) -> bool:
                 if exit_codes
                 else "",
             )
+        if not already:
+            webhook_events.job_ended(job.pk)
     return not already
 
 

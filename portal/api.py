@@ -10,6 +10,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from accounts import api as accounts
 from accounts import api_sign_in as sign_in
+from accounts import api_webhooks as hooks
 from clusters import api as clusters
 from jobs import api as jobs
 from portal.api_errors import api_not_found
@@ -62,6 +63,9 @@ v1 = [
     ),
     path("tokens/", accounts.TokenList.as_view(), name="tokens"),
     path("tokens/<int:pk>/", accounts.TokenDetail.as_view(), name="token"),
+    path("hooks/", hooks.WebhookList.as_view(), name="webhooks"),
+    path("hooks/<int:pk>/", hooks.WebhookDetail.as_view(), name="webhook"),
+    path("hooks/<int:pk>/test/", hooks.WebhookTest.as_view(), name="webhook-test"),
     path("sign-in/", sign_in.SignIn.as_view(), name="sign-in"),
     path("tokens/sign-in/", sign_in.TokenFromSignIn.as_view(), name="token-sign-in"),
 ]

@@ -531,6 +531,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "accounts.tasks.directory_sync_task",
         "schedule": DIRECTORY_SYNC_INTERVAL_S,
     },
+    "webhook-deliveries": {
+        "task": "accounts.tasks.webhook_deliveries_sweep_task",
+        "schedule": env_int("PORTAL_WEBHOOK_SWEEP_INTERVAL_S", 30, minimum=5),
+        "options": {"expires": 60},
+    },
     "submissions-sweep": {
         "task": "jobs.tasks.submissions_sweep_task",
         "schedule": env_int("PORTAL_SUBMIT_SWEEP_INTERVAL_S", 30, minimum=5),
@@ -553,6 +558,27 @@ EMAIL_USE_TLS = env_bool("PORTAL_EMAIL_USE_TLS", False)
 EMAIL_TIMEOUT = env_int("PORTAL_EMAIL_TIMEOUT_S", 10, minimum=1)
 PORTAL_EMAIL_FROM = env_str("PORTAL_EMAIL_FROM", "portal@localhost")
 DEFAULT_FROM_EMAIL = PORTAL_EMAIL_FROM
+
+
+def _networks(name: str) -> list[str]:
+    networks = env_list(name, [])
+    for network in networks:
+        try:
+            ipaddress.ip_network(network)
+        except ValueError as error:
+            raise ImproperlyConfigured(
+                f"{name}: {network!r} is not a network such as 10.1.0.0/16 ({error})."
+            ) from None
+    return networks
+
+
+# Webhooks (accounts/webhooks.py). A delivery never goes to a loopback, link-local,
+# private or otherwise non-public address unless one of these networks holds it.
+WEBHOOK_ALLOWED_NETWORKS = _networks("PORTAL_WEBHOOK_ALLOWED_NETWORKS")
+WEBHOOK_TIMEOUT_S = env_int("PORTAL_WEBHOOK_TIMEOUT_S", 10, minimum=1)
+WEBHOOK_RETRY_BASE_S = env_int("PORTAL_WEBHOOK_RETRY_BASE_S", 30, minimum=1)
+WEBHOOK_MAX_ATTEMPTS = env_int("PORTAL_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1)
+WEBHOOK_DISABLE_AFTER = env_int("PORTAL_WEBHOOK_DISABLE_AFTER", 15, minimum=1)
 
 # Jobs. Working directories and output paths must lie inside one of these
 # roots ({user}: the job owner's POSIX login, {home}: their home directory).

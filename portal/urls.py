@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from accounts import views as account_views
+from accounts import webhook_views
 from accounts.login import AdminLoginForm, login_view, with_throttle_status
 from accounts.oidc import SignInCallback, SignInStart
 from portal import status, views
@@ -19,6 +20,9 @@ urlpatterns = [
     path("status/", status.status_page, name="status"),
     path("tokens/", account_views.tokens, name="tokens"),
     path("tokens/<int:token_id>/revoke/", account_views.token_revoke_view, name="token_revoke"),
+    path("hooks/", webhook_views.webhooks_page, name="webhooks"),
+    path("hooks/<int:hook_id>/delete/", webhook_views.webhook_delete_view, name="webhook_delete"),
+    path("hooks/<int:hook_id>/test/", webhook_views.webhook_test_view, name="webhook_test"),
     path("healthz", views.healthz, name="healthz"),
     path("login/", login_view, name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

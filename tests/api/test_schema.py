@@ -42,6 +42,10 @@ ENDPOINTS = {
     ("get", "/api/v1/tokens/"),
     ("post", "/api/v1/tokens/"),
     ("delete", "/api/v1/tokens/{id}/"),
+    ("get", "/api/v1/hooks/"),
+    ("post", "/api/v1/hooks/"),
+    ("delete", "/api/v1/hooks/{id}/"),
+    ("post", "/api/v1/hooks/{id}/test/"),
     ("get", "/api/v1/sign-in/"),
     ("post", "/api/v1/tokens/sign-in/"),
 }
@@ -148,6 +152,9 @@ def _wsgi_keeps_the_test_transaction(db):
 schema = schemathesis.openapi.from_wsgi("/api/schema/", WSGIHandler())
 # Revoking a token could revoke the fuzzer's own, and the rest would be 401s.
 schema = schema.exclude(method="DELETE", path="/api/v1/tokens/{id}/")
+# A fuzzed hook names any host; a delivery (the test endpoint's) would resolve it through
+# the site's DNS server, off this machine: the webhook tests cover these two endpoints.
+schema = schema.exclude(method="POST", path_regex=r"^/api/v1/hooks/")
 
 
 @pytest.mark.slurm

@@ -47,6 +47,8 @@ from accounts.models import (
     Project,
     SlurmAccountListing,
     User,
+    Webhook,
+    WebhookDelivery,
 )
 from accounts.requests import allocation_request_create
 from accounts.services import membership_set, project_create
@@ -103,6 +105,7 @@ class World:
     request: AllocationRequest
     token_id: int  # one of the researcher's tokens
     template: JobTemplate  # the researcher's own
+    hook_id: int  # the researcher's webhook, failing and disabled
 
 
 def _project(slug: str, members: dict[User, str]) -> Project:
@@ -382,6 +385,19 @@ def build_world() -> World:
         error="squeue: <i>timed out</i>",
         error_at=now,
     )
+    # Loopback port 9: a delivery would be refused before connecting (none is made here).
+    hook = Webhook.objects.create(
+        user=researcher,
+        url="http://127.0.0.1:9/<i>crawl</i>",
+        events=["job.ended"],
+        secret="s",
+        disabled_at=now,
+        disabled_reason="<script>alert(1)</script> failed",
+    )
+    WebhookDelivery.objects.create(
+        webhook=hook, event="job.ended", payload={}, state="failed", attempts=8,
+        last_status=500, last_error="HTTP <b>500</b>",
+    )  # fmt: skip
     for allocation in allocations.values():
         allocation.refresh_from_db()  # the ledger wrote their cached totals since
     return World(
@@ -396,6 +412,7 @@ def build_world() -> World:
         request=request,
         token_id=token.pk,
         template=template,
+        hook_id=hook.pk,
     )
 
 
@@ -543,6 +560,9 @@ PAGES: dict[str, Page] = {
     "tokens": Page(one("tokens", signed_in(200))),
     "status": Page(one("status", signed_in(200))),
     "token_revoke": Page(one("token_revoke", signed_in(405), lambda w: w.token_id)),
+    "webhooks": Page(one("webhooks", signed_in(200))),
+    "webhook_delete": Page(one("webhook_delete", signed_in(405), lambda w: w.hook_id)),
+    "webhook_test": Page(one("webhook_test", signed_in(405), lambda w: w.hook_id)),
     "healthz": Page(one("healthz", signed_in(200, 200))),
     "login": Page(one("login", signed_in(302, 200)), reads=("next",)),
     "logout": Page(one("logout", signed_in(405, 405))),
@@ -696,6 +716,9 @@ PAGES: dict[str, Page] = {
     ),
     "api:tokens": Page(one("api:tokens", api(200))),
     "api:token": Page(one("api:token", api(405), lambda w: w.token_id)),
+    "api:webhooks": Page(one("api:webhooks", api(200))),
+    "api:webhook": Page(one("api:webhook", api(405), lambda w: w.hook_id)),
+    "api:webhook-test": Page(one("api:webhook-test", api(405), lambda w: w.hook_id)),
     "api:sign-in": Page(one("api:sign-in", api(200, anonymous=200))),
     "api:token-sign-in": Page(one("api:token-sign-in", api(405, anonymous=405))),
     "api:schema": Page(one("api:schema", api(200, anonymous=200)), reads=("format", "lang")),
@@ -1120,6 +1143,10 @@ def _forms(w: World) -> list[tuple[str, str, dict[str, str], list[str]]]:
         (PI, reverse("project", args=[main.slug]), request, list(request)),
         (RESEARCHER, reverse("tokens"), {"name": "t", "expires_in_days": "7"},
          ["name", "expires_in_days"]),
+        # A written public address: nothing is resolved or connected to at registration.
+        (RESEARCHER, reverse("webhooks"),
+         {"url": "http://93.184.216.34/h", "events": "job.ended", "format": "json"},
+         ["owner", "url", "events", "format"]),
         (MANAGER, adjust, {"gpu_hours": "1", "reason": "r"}, ["gpu_hours", "reason"]),
     ]  # fmt: skip
 

@@ -50,6 +50,8 @@ from accounts.models import (
     Project,
     SlurmAccountListing,
     User,
+    Webhook,
+    WebhookDelivery,
 )
 from accounts.oidc import person_from_claims
 from accounts.requests import allocation_request_create
@@ -142,6 +144,8 @@ class World:
     token: PersonalAccessToken  # one of the owner's, for the revoke rows
     template: JobTemplate  # the owner's private one
     dead_tokens: dict[str, str]
+    hook: Webhook  # the owner's own
+    project_hook: Webhook  # the project's, registered by its PI
 
 
 # The site's mapping of groups to projects, for the module.
@@ -251,6 +255,13 @@ def build_world(output_dir: Path) -> World:
         token=token,
         template=template,
         dead_tokens={EXPIRED: expired_plain, REVOKED: revoked_plain},
+        # Port 9 on loopback: a test delivery the worker makes is refused before it connects.
+        hook=Webhook.objects.create(
+            user=users[OWNER], url="http://127.0.0.1:9/sec", events=["job.ended"], secret="s"
+        ),
+        project_hook=Webhook.objects.create(
+            project=project, url="http://127.0.0.1:9/sec", events=["job.ended"], secret="s"
+        ),
     )
 
 
@@ -373,6 +384,21 @@ ROWS = [
         data=lambda w: {"name": "new", "expires_in_days": 7}),
     Row("token_revoke", "POST", at("token_revoke", lambda w: w.token.pk),
         expect(404, LOGIN, owner=MOVED)),
+    Row("webhooks", "GET", at("webhooks"), expect(200, LOGIN)),
+    # A written public address: registration resolves nothing and connects nowhere.
+    Row("webhooks", "POST", at("webhooks"), expect(200, LOGIN), data=lambda w: {
+        "url": "http://93.184.216.34/hook", "events": "job.ended", "format": "json"}),
+    Row("webhooks", "POST", at("webhooks"), expect(400, LOGIN, pi=200), label="webhooks project",
+        changes=True, data=lambda w: {"owner": w.project.slug, "url": "http://93.184.216.34/h",
+                                      "events": "allocation.usage_80", "format": "json"}),
+    Row("webhook_delete", "POST", at("webhook_delete", lambda w: w.hook.pk),
+        expect(404, LOGIN, owner=MOVED)),
+    Row("webhook_delete", "POST", at("webhook_delete", lambda w: w.project_hook.pk),
+        expect(404, LOGIN, pi=MOVED), label="webhook_delete project"),
+    Row("webhook_test", "POST", at("webhook_test", lambda w: w.hook.pk),
+        expect(404, LOGIN, owner=MOVED)),
+    Row("webhook_test", "POST", at("webhook_test", lambda w: w.project_hook.pk),
+        expect(404, LOGIN, pi=MOVED), label="webhook_test project"),
     # Public: the verdict is the same for everyone; a cluster that is offline (the only
     # one here) is named to staff but does not fail it.
     Row("healthz", "GET", at("healthz"), expect(200, 200)),
@@ -508,6 +534,21 @@ ROWS = [
     # A token cannot mint tokens (only a browser session can).
     Row("api:tokens", "POST", at("api:tokens"), expect(403, 401), data=lambda w: {"name": "x"}),
     Row("api:token", "DELETE", at("api:token", lambda w: w.token.pk), expect(404, 401, owner=204)),
+    Row("api:webhooks", "GET", at("api:webhooks"), expect(200, 401)),
+    Row("api:webhooks", "POST", at("api:webhooks"), expect(201, 401),
+        data=lambda w: {"url": "http://93.184.216.34/hook", "events": ["job.ended"]}),
+    Row("api:webhooks", "POST", at("api:webhooks"),
+        expect(400, 401, owner=403, teammate=403, pi=201), label="api:webhooks project",
+        data=lambda w: {"url": "http://93.184.216.34/h", "events": ["job.ended"],
+                        "project": w.project.slug}),
+    Row("api:webhook", "DELETE", at("api:webhook", lambda w: w.hook.pk),
+        expect(404, 401, owner=204)),
+    Row("api:webhook", "DELETE", at("api:webhook", lambda w: w.project_hook.pk),
+        expect(404, 401, pi=204), label="api:webhook project"),
+    Row("api:webhook-test", "POST", at("api:webhook-test", lambda w: w.hook.pk),
+        expect(404, 401, owner=202)),
+    Row("api:webhook-test", "POST", at("api:webhook-test", lambda w: w.project_hook.pk),
+        expect(404, 401, pi=202), label="api:webhook-test project"),
     # The command line's sign-in through the provider: where it is, for anyone; a token
     # the provider did not sign for the command line is refused whoever sends it.
     Row("api:sign-in", "GET", at("api:sign-in"), expect(200, 200)),
@@ -548,6 +589,8 @@ def snapshot() -> dict[str, object]:
         "requests": list(AllocationRequest.objects.order_by("pk").values_list("pk", "state")),
         "templates": JobTemplate.objects.count(),
         "tokens": list(PersonalAccessToken.objects.order_by("pk").values_list("pk", "revoked_at")),
+        "webhooks": list(Webhook.objects.order_by("pk").values_list("pk", flat=True)),
+        "deliveries": WebhookDelivery.objects.count(),
     }
 
 
