@@ -18,6 +18,7 @@ urlpatterns = [
     path("projects/<slug:slug>/", views.project_detail, name="project"),
     path("status/", status.status_page, name="status"),
     path("tokens/", account_views.tokens, name="tokens"),
+    path("preferences/", account_views.preferences, name="preferences"),
     path("tokens/<int:token_id>/revoke/", account_views.token_revoke_view, name="token_revoke"),
     path("healthz", views.healthz, name="healthz"),
     path("login/", login_view, name="login"),
