@@ -541,6 +541,7 @@ PAGES: dict[str, Page] = {
     "home": Page(one("home", signed_in(200))),
     "project": Page(per_project("project", member_page)),
     "tokens": Page(one("tokens", signed_in(200))),
+    "preferences": Page(one("preferences", signed_in(200))),
     "status": Page(one("status", signed_in(200))),
     "token_revoke": Page(one("token_revoke", signed_in(405), lambda w: w.token_id)),
     "healthz": Page(one("healthz", signed_in(200, 200))),
@@ -1121,6 +1122,8 @@ def _forms(w: World) -> list[tuple[str, str, dict[str, str], list[str]]]:
         (RESEARCHER, reverse("tokens"), {"name": "t", "expires_in_days": "7"},
          ["name", "expires_in_days"]),
         (MANAGER, adjust, {"gpu_hours": "1", "reason": "r"}, ["gpu_hours", "reason"]),
+        (RESEARCHER, reverse("preferences"), {"job_mail": "all", "mail_language": "en"},
+         ["job_mail", "mail_language"]),
     ]  # fmt: skip
 
 

@@ -371,6 +371,9 @@ ROWS = [
     Row("tokens", "GET", at("tokens"), expect(200, LOGIN)),
     Row("tokens", "POST", at("tokens"), expect(200, LOGIN),
         data=lambda w: {"name": "new", "expires_in_days": 7}),
+    Row("preferences", "GET", at("preferences"), expect(200, LOGIN)),
+    Row("preferences", "POST", at("preferences"), expect(MOVED, LOGIN),
+        data=lambda w: {"job_mail": "all", "mail_language": "en"}),
     Row("token_revoke", "POST", at("token_revoke", lambda w: w.token.pk),
         expect(404, LOGIN, owner=MOVED)),
     # Public: the verdict is the same for everyone; a cluster that is offline (the only
@@ -465,6 +468,7 @@ ROWS = [
         CONSOLE),
     # --- the REST API ---
     Row("api:me", "GET", at("api:me"), expect(200, 401)),
+    Row("api:me", "PATCH", at("api:me"), expect(200, 401), data=lambda w: {"job_mail": "never"}),
     Row("api:projects", "GET", at("api:projects"), expect(200, 401)),
     Row("api:project", "GET", at("api:project", slug),
         expect(404, 401, owner=200, teammate=200, pi=200)),
@@ -548,6 +552,7 @@ def snapshot() -> dict[str, object]:
         "requests": list(AllocationRequest.objects.order_by("pk").values_list("pk", "state")),
         "templates": JobTemplate.objects.count(),
         "tokens": list(PersonalAccessToken.objects.order_by("pk").values_list("pk", "revoked_at")),
+        "preferences": list(User.objects.order_by("pk").values_list("pk", "job_mail")),
     }
 
 
@@ -558,6 +563,8 @@ def call(client: Client, row: Row, w: World):
         return client.get(url)
     if row.method == "DELETE":
         return client.delete(url)
+    if row.method == "PATCH":
+        return client.patch(url, data or {}, content_type="application/json")
     if row.api:
         return client.post(url, data or {}, content_type="application/json")
     return client.post(url, data or {})
