@@ -3,7 +3,7 @@ allocation requests, and personal access tokens."""
 
 import datetime as dt
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from drf_spectacular.utils import extend_schema, extend_schema_field
@@ -188,7 +188,8 @@ class PreferencesSerializer(serializers.Serializer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["mail_language"].choices = mail_language_choices()
+        language = cast(serializers.ChoiceField, self.fields["mail_language"])
+        language.choices = mail_language_choices()
 
 
 class UsageRowSerializer(serializers.Serializer):

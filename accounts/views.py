@@ -84,11 +84,9 @@ class PreferencesForm(forms.Form):
             "cancelled). Jobs that end within a few minutes of each other come in one mail."
         ),
     )
-    mail_language = forms.ChoiceField(label=gettext_lazy("Language of mails"))
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.fields["mail_language"].choices = mail_language_choices()
+    mail_language = forms.ChoiceField(
+        label=gettext_lazy("Language of mails"), choices=mail_language_choices
+    )
 
 
 @login_required
