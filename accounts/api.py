@@ -3,7 +3,7 @@ allocation requests, and personal access tokens."""
 
 import datetime as dt
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from drf_spectacular.utils import extend_schema, extend_schema_field
@@ -32,6 +32,7 @@ from accounts.models import (
     User,
 )
 from accounts.permissions import is_allocation_manager, is_lead_role
+from accounts.preferences import mail_language_choices, preferences_update
 from accounts.requests import (
     allocation_request_approve,
     allocation_request_create,
@@ -163,6 +164,14 @@ class MeSerializer(serializers.Serializer):
     )
     is_allocation_manager = serializers.SerializerMethodField()
     projects = serializers.SerializerMethodField()
+    job_mail = serializers.ChoiceField(
+        choices=User.JobMail.choices,
+        help_text="Which of your jobs' ends you are mailed about: all, failures (failed, "
+        "timeout, out of memory, node failure, preempted; not cancelled) or never.",
+    )
+    mail_language = serializers.CharField(
+        help_text="The language of those mails (empty: the portal's default)."
+    )
 
     def get_is_allocation_manager(self, user: User) -> bool:
         return is_allocation_manager(user)
@@ -171,6 +180,16 @@ class MeSerializer(serializers.Serializer):
     def get_projects(self, user: User) -> Any:
         memberships = Membership.objects.filter(user=user).select_related("project")
         return MyProjectSerializer(memberships.order_by("project__name"), many=True).data
+
+
+class PreferencesSerializer(serializers.Serializer):
+    job_mail = serializers.ChoiceField(choices=User.JobMail.choices, required=False)
+    mail_language = serializers.ChoiceField(choices=(), required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        language = cast(serializers.ChoiceField, self.fields["mail_language"])
+        language.choices = mail_language_choices()
 
 
 class UsageRowSerializer(serializers.Serializer):
@@ -202,6 +221,18 @@ class Me(APIView):
     )
     def get(self, request: Request) -> Response:
         return Response(MeSerializer(caller(request)).data)
+
+    @extend_schema(
+        tags=["me"],
+        summary="Change your preferences (job-end mails and their language)",
+        request=PreferencesSerializer,
+        responses=MeSerializer,
+    )
+    def patch(self, request: Request) -> Response:
+        serializer = PreferencesSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        user = preferences_update(user=caller(request), **serializer.validated_data)
+        return Response(MeSerializer(user).data)
 
 
 class ProjectList(APIView):

@@ -50,6 +50,16 @@ class User(AbstractUser):
     # administrator switched off (this empty) stays off whatever the directory says.
     directory_disabled_at = models.DateTimeField(null=True, blank=True, editable=False)
 
+    class JobMail(models.TextChoices):
+        ALL = "all", _("Every job")
+        FAILURES = "failures", _("Failed jobs only")
+        NEVER = "never", _("Never")
+
+    # Which of their jobs' ends the user is mailed about (jobs.job_mail), and in which
+    # language (empty: the portal's default).
+    job_mail = models.CharField(max_length=8, choices=JobMail.choices, default=JobMail.FAILURES)
+    mail_language = models.CharField(max_length=8, blank=True, default="")
+
 
 class ExternalIdentity(models.Model):
     """Who a user is at the site's directory or identity provider: the key a sign-in is

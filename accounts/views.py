@@ -1,4 +1,4 @@
-"""The researcher's account pages: personal access tokens for the API."""
+"""The researcher's account pages: personal access tokens for the API, preferences."""
 
 from typing import cast
 
@@ -15,6 +15,7 @@ from django.views.decorators.http import require_POST
 
 from accounts.errors import TooManyTokens
 from accounts.models import User
+from accounts.preferences import mail_language_choices, preferences_update
 from accounts.tokens import token_create, token_revoke, tokens_of
 
 
@@ -72,3 +73,34 @@ def token_revoke_view(request: HttpRequest, token_id: int) -> HttpResponse:
     token_revoke(token=token)
     messages.success(request, _("Token “%(name)s” revoked.") % {"name": token.name})
     return redirect("tokens")
+
+
+class PreferencesForm(forms.Form):
+    job_mail = forms.ChoiceField(
+        label=gettext_lazy("Mail me when my jobs end"),
+        choices=User.JobMail.choices,
+        help_text=gettext_lazy(
+            "Failed jobs: failed, timed out, out of memory, node failure or preempted (not "
+            "cancelled). Jobs that end within a few minutes of each other come in one mail."
+        ),
+    )
+    mail_language = forms.ChoiceField(
+        label=gettext_lazy("Language of mails"), choices=mail_language_choices
+    )
+
+
+@login_required
+@never_cache
+def preferences(request: HttpRequest) -> HttpResponse:
+    user = _user(request)
+    initial = {
+        "job_mail": user.job_mail,
+        "mail_language": user.mail_language or request.LANGUAGE_CODE,
+    }
+    form = PreferencesForm(request.POST or None, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        preferences_update(user=user, **form.cleaned_data)
+        messages.success(request, _("Preferences saved."))
+        return redirect("preferences")
+    context = {"form": form, "email": user.email}
+    return render(request, "accounts/preferences.html", context, status=400 if form.errors else 200)

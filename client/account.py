@@ -91,3 +91,28 @@ def cmd_projects(args: argparse.Namespace, session: Session) -> int:
                "GRANTED GPU-h", "USED GPU-h", "HELD GPU-h", "AVAILABLE GPU-h"]  # fmt: skip
     out(table(headers, rows, right=range(4, 8)))
     return Exit.OK
+
+
+_NOTIFY_CHOICES = {"all": "every job", "failures": "failed jobs only", "never": "never"}
+
+
+def cmd_notify(args: argparse.Namespace, session: Session) -> int:
+    """Show, or with --all/--failures/--never change, which job ends you are mailed about
+    (a PATCH is repeatable: it sets, it does not toggle)."""
+    changes = {
+        key: value
+        for key, value in (("job_mail", args.job_mail), ("mail_language", args.language))
+        if value
+    }
+    if changes:
+        me = session.api.request("PATCH", "me/", json=changes, repeatable=True).json()
+    else:
+        me = session.api.get("me/")
+    if args.json:
+        out(as_json({"job_mail": me["job_mail"], "mail_language": me["mail_language"]}))
+        return Exit.OK
+    out(f"Mail when your jobs end: {_NOTIFY_CHOICES.get(me['job_mail'], me['job_mail'])}")
+    out(f"Language of those mails: {me['mail_language'] or 'the portal default'}")
+    if not me.get("email"):
+        err("sgp: warning: your account has no e-mail address: no mail can reach you")
+    return Exit.OK

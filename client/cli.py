@@ -10,6 +10,7 @@
     sgp logs 12 --follow                             # exit 0 if the job completed, 1 if not
     sgp show 12 --json
     sgp hooks add https://example.org/hook --event job.ended   # prints the signing secret once
+    sgp notify --failures                            # mail me when a job fails
 
 Human tables by default, ``--json`` for scripts; the exit codes are in
 client/exits.py (and ``sgp --help``).
@@ -24,7 +25,7 @@ from typing import Any
 import httpx
 
 from client import __version__, config
-from client.account import cmd_login, cmd_projects
+from client.account import cmd_login, cmd_notify, cmd_projects
 from client.api import ApiError
 from client.exits import EPILOG, Exit
 from client.formatting import hours
@@ -155,6 +156,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     with_json(command("projects", cmd_projects, "your projects and their GPU-hours"))
+    notify = with_json(
+        command("notify", cmd_notify, "show or set which of your jobs' ends you are mailed")
+    )
+    choice = notify.add_mutually_exclusive_group()
+    for flag, value, what in (
+        ("--all", "all", "mail me when any job of mine ends"),
+        ("--failures", "failures", "only when one fails (the default)"),
+        ("--never", "never", "never mail me of job ends"),
+    ):
+        choice.add_argument(flag, dest="job_mail", action="store_const", const=value, help=what)
+    notify.add_argument("--language", metavar="CODE", help="the language of those mails (en, ja)")
+
     with_json(
         command("status", cmd_status, "each cluster's GPUs in use, idle and unavailable, and queue")
     )

@@ -22,6 +22,7 @@ from clusters.slurm import SlurmClient, client_for
 from clusters.slurm.states import SlurmJobState
 from clusters.slurm.types import AccountingEntry
 from jobs import pricing, specs, webhook_events
+from jobs.job_mail import job_end_mail_queue
 from jobs.models import AccountingRecord, ClusterSync, Job, JobEvent
 from jobs.states import PORTAL_VALUE_OF, TERMINAL_VALUES, JobState
 from jobs.tokens import is_submission_of, token_in
@@ -313,6 +314,7 @@ def _finish(job: Job, records: list[AccountingRecord]) -> bool:
             )
         if not already:
             webhook_events.job_ended(job.pk)
+            job_end_mail_queue(job=job, state=final)
     return not already
 
 

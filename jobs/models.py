@@ -289,3 +289,30 @@ class ClusterSync(models.Model):
 
     def __str__(self) -> str:
         return f"sync of {self.cluster_id}"
+
+
+class JobEndMail(models.Model):
+    """A job's end, to be mailed to its owner (jobs.job_mail): one row per job, made by
+    the accounting ingest when it finishes the job, claimed before the digest that
+    lists it goes out and marked sent after."""
+
+    job = models.OneToOneField(Job, on_delete=models.CASCADE, related_name="end_mail")
+    owner = models.ForeignKey(User, on_delete=models.CASCADE, related_name="job_end_mails")
+    created_at = models.DateTimeField()
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    # The address it went to; empty when sent_at is set: not mailed (the owner chose
+    # not to hear of it by then, or has no address).
+    recipient = models.CharField(max_length=254, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["owner", "created_at"],
+                condition=models.Q(sent_at__isnull=True),
+                name="job_end_mail_unsent",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"end of job {self.job_id} for {self.owner_id}"

@@ -18,6 +18,7 @@ from jobs import dispatch
 from jobs.accounting import accounting_sync
 from jobs.control import job_control
 from jobs.errors import JobInvalid, OutputUnavailable
+from jobs.job_mail import job_mails_send
 from jobs.output import read_output_of
 from jobs.queue_sync import queue_sync
 from jobs.selectors import jobs_to_sweep
@@ -123,11 +124,19 @@ def accounting_ingest_task(cluster_id: int) -> None:
         except SlurmUnavailable as error:
             logger.warning("accounting ingest of %s: %s", cluster.name, error)
             return
+    if result.finished_jobs:
+        # Mail the ends once the digest window has passed (beat sends them too).
+        job_mails_send_task.apply_async(countdown=settings.JOB_MAIL_DIGEST_S + 1)
     if result.charged or result.finished_jobs:
         logger.info(
             "accounting %s: %d records, %d charged, %d jobs finished",
             cluster.name, result.records, result.charged, result.finished_jobs,
         )  # fmt: skip
+
+
+@shared_task
+def job_mails_send_task() -> None:
+    job_mails_send()
 
 
 @shared_task

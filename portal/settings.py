@@ -527,6 +527,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "accounts.tasks.notifications_send_task",
         "schedule": env_int("PORTAL_NOTIFICATIONS_INTERVAL_S", 900, minimum=60),
     },
+    "job-mails-send": {
+        "task": "jobs.tasks.job_mails_send_task",
+        "schedule": env_int("PORTAL_JOB_MAIL_INTERVAL_S", 60, minimum=10),
+    },
     "directory-sync": {
         "task": "accounts.tasks.directory_sync_task",
         "schedule": DIRECTORY_SYNC_INTERVAL_S,
@@ -558,6 +562,11 @@ EMAIL_USE_TLS = env_bool("PORTAL_EMAIL_USE_TLS", False)
 EMAIL_TIMEOUT = env_int("PORTAL_EMAIL_TIMEOUT_S", 10, minimum=1)
 PORTAL_EMAIL_FROM = env_str("PORTAL_EMAIL_FROM", "portal@localhost")
 DEFAULT_FROM_EMAIL = PORTAL_EMAIL_FROM
+# Where users reach the portal, for the links in mails (no slash at the end).
+PORTAL_BASE_URL = env_str("PORTAL_BASE_URL", "http://localhost:8000").rstrip("/")
+# A researcher is mailed of their jobs' ends (jobs.job_mail) once the first of them has
+# waited this long: the jobs that end meanwhile go into the same mail.
+JOB_MAIL_DIGEST_S = env_int("PORTAL_JOB_MAIL_DIGEST_S", 180, minimum=0)
 
 
 def _networks(name: str) -> list[str]:

@@ -19,6 +19,7 @@ urlpatterns = [
     path("projects/<slug:slug>/", views.project_detail, name="project"),
     path("status/", status.status_page, name="status"),
     path("tokens/", account_views.tokens, name="tokens"),
+    path("preferences/", account_views.preferences, name="preferences"),
     path("tokens/<int:token_id>/revoke/", account_views.token_revoke_view, name="token_revoke"),
     path("hooks/", webhook_views.webhooks_page, name="webhooks"),
     path("hooks/<int:hook_id>/delete/", webhook_views.webhook_delete_view, name="webhook_delete"),

@@ -20,6 +20,7 @@ from tests.api.conftest import make_job
 
 ENDPOINTS = {
     ("get", "/api/v1/me/"),
+    ("patch", "/api/v1/me/"),
     ("get", "/api/v1/projects/"),
     ("get", "/api/v1/projects/{slug}/"),
     ("get", "/api/v1/projects/{slug}/usage/"),

@@ -558,6 +558,7 @@ PAGES: dict[str, Page] = {
     "home": Page(one("home", signed_in(200))),
     "project": Page(per_project("project", member_page)),
     "tokens": Page(one("tokens", signed_in(200))),
+    "preferences": Page(one("preferences", signed_in(200))),
     "status": Page(one("status", signed_in(200))),
     "token_revoke": Page(one("token_revoke", signed_in(405), lambda w: w.token_id)),
     "webhooks": Page(one("webhooks", signed_in(200))),
@@ -1148,6 +1149,8 @@ def _forms(w: World) -> list[tuple[str, str, dict[str, str], list[str]]]:
          {"url": "http://93.184.216.34/h", "events": "job.ended", "format": "json"},
          ["owner", "url", "events", "format"]),
         (MANAGER, adjust, {"gpu_hours": "1", "reason": "r"}, ["gpu_hours", "reason"]),
+        (RESEARCHER, reverse("preferences"), {"job_mail": "all", "mail_language": "en"},
+         ["job_mail", "mail_language"]),
     ]  # fmt: skip
 
 

@@ -382,6 +382,9 @@ ROWS = [
     Row("tokens", "GET", at("tokens"), expect(200, LOGIN)),
     Row("tokens", "POST", at("tokens"), expect(200, LOGIN),
         data=lambda w: {"name": "new", "expires_in_days": 7}),
+    Row("preferences", "GET", at("preferences"), expect(200, LOGIN)),
+    Row("preferences", "POST", at("preferences"), expect(MOVED, LOGIN),
+        data=lambda w: {"job_mail": "all", "mail_language": "en"}),
     Row("token_revoke", "POST", at("token_revoke", lambda w: w.token.pk),
         expect(404, LOGIN, owner=MOVED)),
     Row("webhooks", "GET", at("webhooks"), expect(200, LOGIN)),
@@ -491,6 +494,7 @@ ROWS = [
         CONSOLE),
     # --- the REST API ---
     Row("api:me", "GET", at("api:me"), expect(200, 401)),
+    Row("api:me", "PATCH", at("api:me"), expect(200, 401), data=lambda w: {"job_mail": "never"}),
     Row("api:projects", "GET", at("api:projects"), expect(200, 401)),
     Row("api:project", "GET", at("api:project", slug),
         expect(404, 401, owner=200, teammate=200, pi=200)),
@@ -591,6 +595,7 @@ def snapshot() -> dict[str, object]:
         "tokens": list(PersonalAccessToken.objects.order_by("pk").values_list("pk", "revoked_at")),
         "webhooks": list(Webhook.objects.order_by("pk").values_list("pk", flat=True)),
         "deliveries": WebhookDelivery.objects.count(),
+        "preferences": list(User.objects.order_by("pk").values_list("pk", "job_mail")),
     }
 
 
@@ -601,6 +606,8 @@ def call(client: Client, row: Row, w: World):
         return client.get(url)
     if row.method == "DELETE":
         return client.delete(url)
+    if row.method == "PATCH":
+        return client.patch(url, data or {}, content_type="application/json")
     if row.api:
         return client.post(url, data or {}, content_type="application/json")
     return client.post(url, data or {})
