@@ -212,3 +212,20 @@ def listed_account_row(name: str, **changes) -> dict:
         "problem": "",
         **changes,
     }
+
+
+def outside_job(client, project, workdir, *, gpus: int = 1, seconds: int = 120, name="outside"):
+    """alice's job submitted straight to Slurm (as from a login node) under the project's
+    account on the debug partition; its Slurm id. The caller cancels it."""
+    import uuid
+
+    from clusters.slurm.types import SubmitRequest
+
+    return client.submit(
+        SubmitRequest(
+            user="alice", script=f"#!/bin/bash\nsleep {seconds}\n", account=project.slurm_account,
+            partition="debug", name=name, time_limit_minutes=max(2, seconds // 60 + 1),
+            working_directory=str(workdir), stdout_path=f"{workdir}/%j.out",
+            stderr_path=f"{workdir}/%j.err", gpus_per_node=gpus, comment=f"x:{uuid.uuid4()}",
+        )
+    )  # fmt: skip

@@ -3,18 +3,16 @@ the pending jobs of its partition and when Slurm expects to start it, as the que
 read them from the dev cluster."""
 
 import re
-import uuid
 
 import pytest
 from playwright.sync_api import expect
 
 from clusters.slurm import client_for
-from clusters.slurm.types import SubmitRequest
 from jobs.models import Job
 from jobs.queue_sync import queue_sync
 from jobs.services import job_create
 from tests.browser.conftest import log_in, screenshot
-from tests.factories import request_for, wait_for
+from tests.factories import outside_job, request_for, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
 
@@ -25,14 +23,7 @@ def test_a_pending_job_says_why_it_waits_its_place_and_its_expected_start(
     project = make_project(members={alice: "pi"}, gpu_hours=100)
     slurm = client_for(dev_cluster)
     # Every GPU of the node, for two minutes, from outside the portal: the job behind it waits.
-    blocker = slurm.submit(
-        SubmitRequest(
-            user="alice", script="#!/bin/bash\nsleep 120\n", account=project.slurm_account,
-            partition="debug", name="blocker", time_limit_minutes=3,
-            working_directory=str(workdir), stdout_path=f"{workdir}/%j.out",
-            stderr_path=f"{workdir}/%j.err", gpus_per_node=8, comment=f"x:{uuid.uuid4()}",
-        )
-    )  # fmt: skip
+    blocker = outside_job(slurm, project, workdir, gpus=8, name="blocker")
     job = job_create(user=alice, request=request_for(project, workdir, name="waits"))
     try:
         wait_for(

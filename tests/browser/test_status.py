@@ -4,7 +4,6 @@ GPUs in use and idle as Slurm counted them; the allocation manager also sees the
 and no stuck GPU (a normal running job is no alarm)."""
 
 import time
-import uuid
 
 import pytest
 from playwright.sync_api import expect
@@ -12,10 +11,9 @@ from playwright.sync_api import expect
 from clusters.models import ClusterStatus
 from clusters.slurm import client_for
 from clusters.slurm.states import SlurmJobState
-from clusters.slurm.types import SubmitRequest
 from jobs.queue_sync import queue_sync
 from tests.browser.conftest import log_in, screenshot
-from tests.factories import wait_for
+from tests.factories import outside_job, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
 
@@ -26,14 +24,7 @@ def test_the_status_page_shows_a_running_job_s_gpu_in_use(
     settings.CLUSTER_STATUS_INTERVAL_S = 1
     project = make_project(members={alice: "pi"})
     slurm = client_for(dev_cluster)
-    job_id = slurm.submit(
-        SubmitRequest(
-            user="alice", script="#!/bin/bash\nsleep 120\n", account=project.slurm_account,
-            partition="debug", name="status", time_limit_minutes=5,
-            working_directory=str(workdir), stdout_path=f"{workdir}/%j.out",
-            stderr_path=f"{workdir}/%j.err", gpus_per_node=1, comment=f"x:{uuid.uuid4()}",
-        )
-    )  # fmt: skip
+    job_id = outside_job(slurm, project, workdir, name="status")
     try:
         wait_for(
             lambda: any(

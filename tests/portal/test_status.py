@@ -3,7 +3,6 @@ one queue listing of the real dev cluster, stored, and read by every view withou
 Slurm command; allocation managers alone see nodes, reasons and stuck GPUs."""
 
 import datetime as dt
-import uuid
 
 import pytest
 from django.test import Client
@@ -17,10 +16,9 @@ from clusters.slurm.cli import CliClient
 from clusters.slurm.parsing import expand_hostlist
 from clusters.slurm.rest import RestClient
 from clusters.slurm.states import SlurmJobState
-from clusters.slurm.types import SubmitRequest
 from jobs.invariants import invariants_check
 from jobs.queue_sync import queue_sync
-from tests.factories import wait_for
+from tests.factories import outside_job, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db]
 
@@ -49,14 +47,7 @@ def running_job(dev_cluster, make_project, alice, workdir):
     """alice's 1-GPU job running on the dev cluster (cancelled at the end)."""
     project = make_project(members={alice: "pi"})
     client = client_for(dev_cluster)
-    job_id = client.submit(
-        SubmitRequest(
-            user="alice", script="#!/bin/bash\nsleep 120\n", account=project.slurm_account,
-            partition="debug", name="status", time_limit_minutes=5,
-            working_directory=str(workdir), stdout_path=f"{workdir}/%j.out",
-            stderr_path=f"{workdir}/%j.err", gpus_per_node=1, comment=f"x:{uuid.uuid4()}",
-        )
-    )  # fmt: skip
+    job_id = outside_job(client, project, workdir, name="status")
 
     def running():
         entry = next((e for e in client.queue() if e.job_id == job_id), None)
