@@ -95,6 +95,9 @@ def _from_domain(exc: Exception) -> ApiError | None:
             extra={
                 "requested_gpu_hours": exc.requested_gpu_hours,
                 "available_gpu_hours": exc.available_gpu_hours,
+                # null when the member has no cap on the allocation
+                "member_remaining_gpu_hours": exc.member_remaining_gpu_hours,
+                "limited_by": exc.limited_by,
             },
         )
     if isinstance(exc, NotAllowed):
