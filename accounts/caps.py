@@ -3,7 +3,7 @@
 A cap is set on an allocation for one member, or as the default of every member
 (``MemberCap`` with no user); a member's own cap wins over the default. A member's
 use of an allocation is what the ledger charged for their work plus what their jobs
-hold now (holds not yet released), so a member's remaining = cap − use.
+hold now (holds not yet released), so a member's remaining = cap - use.
 
 ``ledger_hold`` of an allocation with caps takes the allocation's row before it asks
 ``cap_refusal``: a second hold of the same allocation waits for the first to commit,
