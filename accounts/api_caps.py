@@ -17,7 +17,13 @@ from rest_framework.views import APIView
 
 from accounts.api import membership_or_404
 from accounts.api_support import caller, cluster_named, not_found, query
-from accounts.caps import MemberStanding, member_cap_clear, member_cap_set, project_standings
+from accounts.caps import (
+    MAX_CAP_GPU_HOURS,
+    MemberStanding,
+    member_cap_clear,
+    member_cap_set,
+    project_standings,
+)
 from accounts.models import Allocation, MemberCap, Membership, User
 from accounts.permissions import is_lead_role, may_set_caps
 from accounts.selectors import active_allocation
@@ -31,7 +37,9 @@ class CapQuerySerializer(serializers.Serializer):
 
 class CapSetSerializer(CapQuerySerializer):
     gpu_hours = serializers.FloatField(
-        min_value=0, help_text="The most GPU-hours the member may spend of the allocation."
+        min_value=0,
+        max_value=MAX_CAP_GPU_HOURS,
+        help_text="The most GPU-hours the member may spend of the allocation.",
     )
 
 

@@ -198,6 +198,18 @@ class ErrorDetailSerializer(serializers.Serializer):
     available_gpu_hours = serializers.FloatField(
         required=False, help_text="quota_exceeded only: what the project has left."
     )
+    member_remaining_gpu_hours = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        help_text="quota_exceeded only: what your cap on the allocation leaves you; "
+        "null when you have no cap.",
+    )
+    limited_by = serializers.ChoiceField(
+        choices=["project", "member_cap"],
+        required=False,
+        help_text="quota_exceeded only: what refused the job, the project's balance or "
+        "your cap.",
+    )
     limit = serializers.IntegerField(
         required=False, help_text="too_many_tokens only: how many live tokens a user may have."
     )
