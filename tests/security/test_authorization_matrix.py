@@ -40,12 +40,14 @@ from django.test import Client, override_settings
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 
+from accounts.caps import member_cap_set
 from accounts.identity import Person, sign_in
 from accounts.models import (
     Allocation,
     AllocationRequest,
     ExternalIdentity,
     LedgerEntry,
+    MemberCap,
     PersonalAccessToken,
     Project,
     SlurmAccountListing,
@@ -226,6 +228,9 @@ def build_world(output_dir: Path) -> World:
         justification="sec-secret-justification",
     )
     token, _ = token_create(user=users[OWNER], name="laptop")
+    # The owner has a cap of their own and every member a default: each can be lifted.
+    member_cap_set(actor=users[PI], allocation=allocation, user=users[OWNER], gpu_hours=3)
+    member_cap_set(actor=users[PI], allocation=allocation, user=None, gpu_hours=4)
     template = JobTemplate.objects.create(
         name="sec-secret-template", scope="user", owner=users[OWNER], script="true\n"
     )
@@ -316,6 +321,10 @@ def job_id(w: World) -> int:
 
 def slug(w: World) -> str:
     return w.project.slug
+
+
+def owner_name(w: World) -> str:
+    return w.users[OWNER].username
 
 
 def job_form(w: World) -> dict:
@@ -470,6 +479,21 @@ ROWS = [
         expect(404, 401, owner=200, teammate=200, pi=200)),
     Row("api:project-usage", "GET", at("api:project-usage", slug),
         expect(404, 401, owner=403, teammate=403, pi=200)),
+    # Caps: a member sees their own, the PI sets and lifts them; no one else sees any.
+    Row("api:project-caps", "GET", at("api:project-caps", slug),
+        expect(404, 401, owner=200, teammate=200, pi=200)),
+    *(
+        Row("api:project-caps", method, at("api:project-caps", slug),
+            expect(404, 401, owner=403, teammate=403, pi=200), data=data)
+        for method, data in (("PUT", lambda w: {"gpu_hours": 7}), ("DELETE", None))
+    ),
+    Row("api:project-member-cap", "GET", at("api:project-member-cap", slug, owner_name),
+        expect(404, 401, owner=200, pi=200), reveals=(lambda w: "3.0", frozenset({OWNER, PI}))),
+    *(
+        Row("api:project-member-cap", method, at("api:project-member-cap", slug, owner_name),
+            expect(404, 401, owner=403, teammate=403, pi=200), data=data)
+        for method, data in (("PUT", lambda w: {"gpu_hours": 7}), ("DELETE", None))
+    ),
     Row("api:partitions", "GET", at("api:partitions"), expect(200, 401)),
     Row("api:status", "GET", at("api:status"), expect(200, 401)),
     Row("api:jobs", "GET", at("api:jobs"), expect(200, 401),
@@ -548,6 +572,7 @@ def snapshot() -> dict[str, object]:
         "requests": list(AllocationRequest.objects.order_by("pk").values_list("pk", "state")),
         "templates": JobTemplate.objects.count(),
         "tokens": list(PersonalAccessToken.objects.order_by("pk").values_list("pk", "revoked_at")),
+        "caps": list(MemberCap.objects.order_by("pk").values_list("pk", "gpu_seconds")),
     }
 
 
@@ -558,6 +583,8 @@ def call(client: Client, row: Row, w: World):
         return client.get(url)
     if row.method == "DELETE":
         return client.delete(url)
+    if row.method == "PUT":
+        return client.put(url, data or {}, content_type="application/json")
     if row.api:
         return client.post(url, data or {}, content_type="application/json")
     return client.post(url, data or {})
