@@ -206,3 +206,30 @@ def member_cap_clear(*, actor: User, allocation: Allocation, user: User | None) 
         _audit(actor, AuditEvent.Action.MEMBER_CAP_CLEAR, cap, was_gpu_hours=cap.gpu_hours)
         cap.delete()
     return True
+
+
+def member_caps_covering(allocation: Allocation) -> dict[str, int]:
+    """GPU-seconds each capped member's cap still covers on the allocation, by POSIX name:
+    the cap less what was charged for their work (what their unfinished jobs hold stays
+    covered, as the project's Slurm limit covers its holds). The reconciler turns it into
+    the member's own association limit; members without a cap or a POSIX name are absent."""
+    caps = {cap.user_id: cap.gpu_seconds for cap in MemberCap.objects.filter(allocation=allocation)}
+    if not caps:
+        return {}
+    members = Membership.objects.filter(
+        project_id=allocation.project_id, user__posix_username__isnull=False
+    ).values_list("user_id", "user__posix_username")
+    charged = {
+        row["user_id"]: -row["spent"]
+        for row in LedgerEntry.objects.filter(
+            allocation=allocation, kind=LedgerEntry.Kind.CHARGE, user__isnull=False
+        )
+        .values("user_id")
+        .annotate(spent=Sum("gpu_seconds"))
+    }
+    covering = {}
+    for user_id, posix in members:
+        cap = caps.get(user_id, caps.get(None))
+        if cap is not None:
+            covering[posix] = max(cap - charged.get(user_id, 0), 0)
+    return covering

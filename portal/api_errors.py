@@ -207,8 +207,7 @@ class ErrorDetailSerializer(serializers.Serializer):
     limited_by = serializers.ChoiceField(
         choices=["project", "member_cap"],
         required=False,
-        help_text="quota_exceeded only: what refused the job, the project's balance or "
-        "your cap.",
+        help_text="quota_exceeded only: what refused the job, the project's balance or your cap.",
     )
     limit = serializers.IntegerField(
         required=False, help_text="too_many_tokens only: how many live tokens a user may have."

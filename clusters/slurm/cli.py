@@ -391,8 +391,10 @@ class CliClient:
                  f"GrpTRESMins=gres/gpu={_limit_value(gpu_minutes)}"]
             )  # fmt: skip
         except SlurmRejected as exc:
-            # "Nothing modified": already so, or no such association (only that is an error).
-            if "nothing modified" not in exc.message.lower():
+            # Already so, or no such association (only that is an error): 22.05 says
+            # "Nothing modified", 24.11 (for a user) "Request didn't affect anything".
+            message = exc.message.lower()
+            if "nothing modified" not in message and "didn't affect anything" not in message:
                 raise
             if user not in self.account_limits(account).users:
                 raise NotFound(
