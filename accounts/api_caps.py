@@ -20,9 +20,9 @@ from accounts.api_support import caller, cluster_named, not_found, query
 from accounts.caps import (
     MAX_CAP_GPU_HOURS,
     MemberStanding,
+    allocation_standings,
     member_cap_clear,
     member_cap_set,
-    project_standings,
 )
 from accounts.models import Allocation, MemberCap, Membership, User
 from accounts.permissions import is_lead_role, may_set_caps
@@ -76,7 +76,7 @@ def _member_row(standing: MemberStanding) -> dict[str, Any]:
 
 
 def _caps_data(membership: Membership, allocation: Allocation) -> dict[str, Any]:
-    standings = project_standings(allocation)
+    standings = allocation_standings(allocation)
     if not is_lead_role(membership.role):
         standings = [s for s in standings if s.user.pk == membership.user_id]
     default = MemberCap.objects.filter(allocation=allocation, user=None).first()

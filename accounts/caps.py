@@ -107,7 +107,7 @@ def member_standings(allocation: Allocation, users: list[User]) -> list[MemberSt
     ]
 
 
-def project_standings(allocation: Allocation) -> list[MemberStanding]:
+def allocation_standings(allocation: Allocation) -> list[MemberStanding]:
     """Every member of the allocation's project, by user name."""
     users = [
         membership.user

@@ -2,7 +2,37 @@
 
 import django.db.models.deletion
 from django.conf import settings
+from django.contrib.auth.management import create_permissions
 from django.db import migrations, models
+
+ALLOCATION_MANAGERS = "Allocation managers"
+# Allocation managers set, change and lift members' caps in the console.
+ADDED = [
+    ("accounts", f"{action}_membercap") for action in ("view", "add", "change", "delete")
+]
+
+
+def add_permissions(apps, schema_editor):
+    for app_config in apps.get_app_configs():
+        app_config.models_module = True
+        create_permissions(app_config, verbosity=0, apps=apps)
+        app_config.models_module = None
+    Group = apps.get_model("auth", "Group")
+    Permission = apps.get_model("auth", "Permission")
+    group = Group.objects.get(name=ALLOCATION_MANAGERS)
+    for app_label, codename in ADDED:
+        group.permissions.add(
+            Permission.objects.get(content_type__app_label=app_label, codename=codename)
+        )
+
+
+def remove_permissions(apps, schema_editor):
+    Group = apps.get_model("auth", "Group")
+    group = Group.objects.get(name=ALLOCATION_MANAGERS)
+    for app_label, codename in ADDED:
+        group.permissions.remove(
+            *group.permissions.filter(content_type__app_label=app_label, codename=codename)
+        )
 
 
 class Migration(migrations.Migration):
@@ -55,4 +85,5 @@ class Migration(migrations.Migration):
             model_name='membercap',
             constraint=models.CheckConstraint(condition=models.Q(('gpu_seconds__gte', 0)), name='member_cap_not_negative'),
         ),
+        migrations.RunPython(add_permissions, remove_permissions),
     ]
