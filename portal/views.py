@@ -137,7 +137,6 @@ class AllocationRequestForm(forms.Form):
     )
 
 
-@login_required
 def _my_caps(user: User, allocations: list[Allocation]) -> list[dict]:
     """The user's own caps on the project's active allocations, with what is left."""
     today = timezone.localdate()
@@ -159,6 +158,7 @@ def _my_caps(user: User, allocations: list[Allocation]) -> list[dict]:
     return rows
 
 
+@login_required
 def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
     """A project: balance for every member; members, usage and all jobs for PI and co-PIs."""
     user = _user(request)

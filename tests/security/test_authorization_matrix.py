@@ -376,6 +376,14 @@ ROWS = [
         reveals=(job_name, SEES_THE_JOB)),
     # The allocation request form is the leads': members are not shown it (a 404).
     Row("project", "POST", at("project", slug), expect(404, LOGIN, pi=MOVED), data=request_form),
+    Row("project_caps", "GET", at("project_caps", slug),
+        expect(404, LOGIN, owner=200, teammate=200, pi=200)),
+    # Only the leads change caps; for a member the form is not there (a 404).
+    Row("project_caps", "POST", at("project_caps", slug), expect(404, LOGIN, pi=MOVED),
+        data=lambda w: {"allocation": w.allocation.pk, "member": "*", "gpu_hours": "9"}),
+    Row("project_caps", "POST", at("project_caps", slug), expect(404, LOGIN, pi=MOVED),
+        data=lambda w: {"allocation": w.allocation.pk, "lift": w.users[OWNER].username},
+        label="project_caps lift"),
     Row("status", "GET", at("status"), expect(200, LOGIN)),
     Row("tokens", "GET", at("tokens"), expect(200, LOGIN)),
     Row("tokens", "POST", at("tokens"), expect(200, LOGIN),
