@@ -227,9 +227,18 @@ def member_caps_covering(allocation: Allocation) -> dict[str, int]:
         .values("user_id")
         .annotate(spent=Sum("gpu_seconds"))
     }
-    covering = {}
+    covering: dict[str, int] = {}
     for user_id, posix in members:
         cap = caps.get(user_id, caps.get(None))
-        if cap is not None:
+        if cap is not None and posix is not None:
             covering[posix] = max(cap - charged.get(user_id, 0), 0)
     return covering
+
+
+def member_remaining_gpu_seconds(allocation: Allocation, user: User) -> int | None:
+    """What the user's cap on the allocation leaves them now; None when uncapped. For a
+    figure to show (an estimate): the hold checks again under the allocation's lock."""
+    cap = cap_for(allocation.pk, user.pk)
+    if cap is None:
+        return None
+    return max(cap.gpu_seconds - member_use(allocation.pk, user.pk), 0)

@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.translation import gettext as _
 
-from accounts.caps import cap_for, cap_refusal, member_use
+from accounts.caps import cap_refusal, member_remaining_gpu_seconds
 from accounts.errors import AllocationOverlap, QuotaExceeded, Refused
 from accounts.models import (
     AVAILABLE_GPU_SECONDS,
@@ -233,8 +233,8 @@ def ledger_hold(
             )
     available = Allocation.objects.get(pk=allocation.pk).available_gpu_seconds
     remaining = over_cap
-    if remaining is None and user is not None and (cap := cap_for(allocation.pk, user.pk)):
-        remaining = max(cap.gpu_seconds - member_use(allocation.pk, user.pk), 0)
+    if remaining is None and user is not None:
+        remaining = member_remaining_gpu_seconds(allocation, user)
     raise _refusal(gpu_seconds, available, remaining)
 
 

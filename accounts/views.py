@@ -102,10 +102,12 @@ class CapForm(forms.Form):
 
     def __init__(self, *args, allocations, members, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["allocation"].choices = [(a.pk, str(a.cluster)) for a in allocations]
-        self.fields["member"].choices = [(EVERY_MEMBER, _("Every member (the default)"))] + [
-            (m.user.username, m.user.get_full_name() or m.user.username) for m in members
+        cast(forms.ChoiceField, self.fields["allocation"]).choices = [
+            (a.pk, str(a.cluster)) for a in allocations
         ]
+        cast(forms.ChoiceField, self.fields["member"]).choices = [
+            (EVERY_MEMBER, _("Every member (the default)"))
+        ] + [(m.user.username, m.user.get_full_name() or m.user.username) for m in members]
 
 
 def _cap_target(project_members: list, member: str) -> User | None:
