@@ -8,6 +8,11 @@ balance is spent. Each limit is Slurm's own raw usage (which decays) plus what
 the portal still covers, recomputed every run; it is never read back into the
 ledger. ``reconcile(..., dry_run=True)`` only reports.
 
+A member capped on the project's allocation (``accounts.caps``) gets the same kind of
+limit on their own association under the account: their raw GPU-minutes plus what the
+cap still covers, so plain ``sbatch`` by that member stops at the cap while teammates'
+work goes on; lifting the cap removes it.
+
 A project with no active allocation on a cluster (it expired, was revoked, or
 the next one has not started) has its account's new work blocked
 (``plan_new_work``): Slurm refuses new submissions and starts none of the
