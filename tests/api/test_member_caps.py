@@ -137,9 +137,11 @@ def test_over_the_cap_is_a_409_with_both_numbers_and_a_teammates_job_is_accepted
     assert teammate.status_code == 201, teammate.json()
     assert Job.objects.filter(owner=alice).count() == 1
     # The estimate says so before a submission: it does not fit alice's cap, it fits bob's.
-    estimate = api(alice).post(
-        "/api/v1/jobs/estimate/", job_body(project, workdir), content_type="application/json"
-    ).json()
+    estimate = (
+        api(alice)
+        .post("/api/v1/jobs/estimate/", job_body(project, workdir), content_type="application/json")
+        .json()
+    )
     assert estimate["fits"] is False
     assert estimate["member_remaining_gpu_hours"] == pytest.approx(0.98)
     assert estimate["available_gpu_hours"] == pytest.approx(5.96)
