@@ -5,18 +5,46 @@ from django.utils.translation import gettext as _
 
 
 class QuotaExceeded(Exception):
-    """A hold asked for more GPU-hours than the project has available."""
+    """A hold asked for more GPU-hours than the project has available, or than its
+    member has left under their cap (``member_remaining_gpu_hours``, None: no cap)."""
 
-    def __init__(self, *, requested_gpu_hours: float, available_gpu_hours: float) -> None:
-        super().__init__(
-            _("This needs %(requested)s GPU-hours but only %(available)s are available.")
-            % {
-                "requested": number_format(requested_gpu_hours, 2, force_grouping=True),
-                "available": number_format(max(available_gpu_hours, 0), 2, force_grouping=True),
-            }
+    def __init__(
+        self,
+        *,
+        requested_gpu_hours: float,
+        available_gpu_hours: float,
+        member_remaining_gpu_hours: float | None = None,
+    ) -> None:
+        numbers = {
+            "requested": _hours(requested_gpu_hours),
+            "available": _hours(available_gpu_hours),
+        }
+        over_cap = (
+            member_remaining_gpu_hours is not None
+            and member_remaining_gpu_hours < requested_gpu_hours
+            and member_remaining_gpu_hours < available_gpu_hours
         )
+        if over_cap:
+            message = _(
+                "This needs %(requested)s GPU-hours but your cap on this allocation leaves "
+                "you only %(remaining)s (the project has %(available)s available); ask the "
+                "project's PI to raise your cap."
+            ) % {**numbers, "remaining": _hours(member_remaining_gpu_hours or 0)}
+        else:
+            message = (
+                _("This needs %(requested)s GPU-hours but only %(available)s are available.")
+                % numbers
+            )
+        super().__init__(message)
         self.requested_gpu_hours = requested_gpu_hours
         self.available_gpu_hours = available_gpu_hours
+        self.member_remaining_gpu_hours = member_remaining_gpu_hours
+        # What refused it: the project's balance, or the member's cap.
+        self.limited_by = "member_cap" if over_cap else "project"
+
+
+def _hours(value: float) -> str:
+    return number_format(max(value, 0), 2, force_grouping=True)
 
 
 class NoActiveAllocation(Exception):

@@ -17,12 +17,14 @@ from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.translation import gettext as _
 
+from accounts.caps import cap_refusal, member_remaining_gpu_seconds
 from accounts.errors import AllocationOverlap, QuotaExceeded, Refused
 from accounts.models import (
     AVAILABLE_GPU_SECONDS,
     LEDGER_TOTALS,
     Allocation,
     LedgerEntry,
+    MemberCap,
     Project,
     User,
 )
@@ -203,10 +205,18 @@ def ledger_hold(
     with transaction.atomic(savepoint=False):
         if (existing := _existing(LedgerEntry.Kind.HOLD, reference)) is not None:
             return existing
+        over_cap = None
+        if user is not None and MemberCap.objects.filter(allocation_id=allocation.pk).exists():
+            # The allocation has caps: its row is taken first, so a hold of the same member
+            # racing this one waits until this one commits, then counts it in their use.
+            _locked(allocation.pk)
+            over_cap = cap_refusal(
+                allocation_id=allocation.pk, user_id=user.pk, gpu_seconds=gpu_seconds
+            )
         # One conditional update instead of lock, read, compare: the row count says whether
         # the hours were there, and of two holds racing for the last hours only one gets them
         # (the other's WHERE is evaluated again on the row the first one wrote).
-        covered = (
+        covered = over_cap is None and (
             Allocation.objects.filter(pk=allocation.pk)
             .alias(available=AVAILABLE_GPU_SECONDS)
             .filter(available__gte=gpu_seconds)
@@ -222,8 +232,17 @@ def ledger_hold(
                 partition=partition,
             )
     available = Allocation.objects.get(pk=allocation.pk).available_gpu_seconds
-    raise QuotaExceeded(
-        requested_gpu_hours=gpu_seconds / 3600, available_gpu_hours=available / 3600
+    remaining = over_cap
+    if remaining is None and user is not None:
+        remaining = member_remaining_gpu_seconds(allocation, user)
+    raise _refusal(gpu_seconds, available, remaining)
+
+
+def _refusal(gpu_seconds: int, available: int, member_remaining: int | None) -> QuotaExceeded:
+    return QuotaExceeded(
+        requested_gpu_hours=gpu_seconds / 3600,
+        available_gpu_hours=available / 3600,
+        member_remaining_gpu_hours=None if member_remaining is None else member_remaining / 3600,
     )
 
 

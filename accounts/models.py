@@ -290,7 +290,11 @@ class LedgerEntry(models.Model):
                 name="ledger_entry_sign_matches_kind",
             ),
         ]
-        indexes = [models.Index(fields=["allocation", "kind"], name="ledger_allocation_kind")]
+        indexes = [
+            models.Index(fields=["allocation", "kind"], name="ledger_allocation_kind"),
+            # A member's use of an allocation (accounts.caps.member_use), under the hold's lock.
+            models.Index(fields=["allocation", "user", "kind"], name="ledger_allocation_user_kind"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} {self.gpu_seconds / 3600:+g} GPU-h"
@@ -576,3 +580,48 @@ class WebhookDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event} to {self.webhook_id} ({self.state})"
+
+
+class MemberCap(models.Model):
+    """The most GPU-hours one member may spend of an allocation, or (no user) every
+    member's default: a PI's "my student may burn at most 200 of our 1,000". A member's
+    own cap wins over the default. Set by the project's PI and co-PIs or an allocation
+    manager (``accounts.caps``, audited), enforced with the project's hold and pushed
+    into Slurm as the member's own association limit by the reconciler."""
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE, related_name="caps")
+    user = models.ForeignKey(
+        User, null=True, blank=True, on_delete=models.CASCADE, related_name="caps"
+    )
+    # Whole GPU-seconds, as the ledger counts (a cap of 0 stops the member's new work).
+    gpu_seconds = models.BigIntegerField()
+    set_by = models.ForeignKey(
+        User, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["allocation", "user__username"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["allocation", "user"],
+                condition=models.Q(user__isnull=False),
+                name="member_cap_once_per_member",
+            ),
+            models.UniqueConstraint(
+                fields=["allocation"],
+                condition=models.Q(user__isnull=True),
+                name="member_cap_one_default",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(gpu_seconds__gte=0), name="member_cap_not_negative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        who = self.user or _("every member")
+        return f"{who}: at most {self.gpu_seconds / 3600:g} GPU-h of {self.allocation}"
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.gpu_seconds / 3600

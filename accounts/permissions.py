@@ -51,3 +51,9 @@ def leads_of(project_ids: set[int]) -> QuerySet[Membership]:
     return Membership.objects.filter(
         project__in=project_ids, role__in=LEAD_ROLES, user__is_active=True
     ).select_related("user")
+
+
+def may_set_caps(user: User, project: Project | int) -> bool:
+    """Who caps a member's GPU-hours: the project's PI and co-PIs, and allocation
+    managers; never the member (accounts.caps)."""
+    return is_lead(user, project) or is_allocation_manager(user)

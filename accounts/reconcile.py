@@ -8,6 +8,11 @@ balance is spent. Each limit is Slurm's own raw usage (which decays) plus what
 the portal still covers, recomputed every run; it is never read back into the
 ledger. ``reconcile(..., dry_run=True)`` only reports.
 
+A member capped on the project's allocation (``accounts.caps``) gets the same kind of
+limit on their own association under the account: their raw GPU-minutes plus what the
+cap still covers, so plain ``sbatch`` by that member stops at the cap while teammates'
+work goes on; lifting the cap removes it.
+
 A project with no active allocation on a cluster (it expired, was revoked, or
 the next one has not started) has its account's new work blocked
 (``plan_new_work``): Slurm refuses new submissions and starts none of the
@@ -53,8 +58,10 @@ from functools import partial
 from django.db.models import Min
 from django.utils import timezone
 
+from accounts.caps import member_caps_covering
+from accounts.errors import NoActiveAllocation
 from accounts.models import AdoptedAccount, Allocation, Project, ReconcileReport
-from accounts.selectors import max_submit_jobs_for, project_balance
+from accounts.selectors import active_allocation, max_submit_jobs_for, project_balance
 from clusters.locks import LockTimeout, association_changes
 from clusters.models import DEFAULT_CPU_HOUR_RATE, Cluster
 from clusters.slurm import NotFound, SlurmClient, SlurmError, client_for
@@ -109,7 +116,8 @@ class Run:
 class Action:
     account: str
     # "add account", "add user", "remove user", "set limit" (GPU minutes),
-    # "set cpu limit", "set max submit jobs", "block new work", "unblock new work"
+    # "set cpu limit", "set max submit jobs", "set user limit" (a member's cap, in GPU
+    # minutes on their own association), "block new work", "unblock new work"
     kind: str
     user: str = ""
     minutes: int | None = None  # the new value of a limit ("set …"): minutes, or jobs
@@ -124,6 +132,10 @@ class Action:
             return f"{self.account}: GrpTRESMins cpu {self.was} → {self.minutes}"
         if self.kind == "set max submit jobs":
             return f"{self.account}: MaxSubmitJobs {self.was} → {self.minutes}"
+        if self.kind == "set user limit":
+            return (
+                f"{self.account}: GrpTRESMins gres/gpu of {self.user} {self.was} → {self.minutes}"
+            )
         return f"{self.account}: {self.kind} {self.user}".rstrip()
 
 
@@ -269,7 +281,40 @@ def _plan_project(run: Run, project: Project, warnings: list[str]) -> list[Actio
         actions.append(
             Action(account, "set max submit jobs", minutes=jobs, was=state.max_submit_jobs)
         )
+    actions += _plan_member_caps(project, cluster, account, state, used, wanted, prices)
     actions += plan_new_work(account, state.job_counts, allowed=True)
+    return actions
+
+
+def _plan_member_caps(
+    project: Project,
+    cluster: Cluster,
+    account: str,
+    state: AccountLimits,
+    used: MinutesUsed,
+    members: set[str],
+    prices: dict,
+) -> list[Action]:
+    """Each member's own association limit: for a capped member their raw GPU-minutes so
+    far plus what the cap still covers (decay-safe, as the account's), removed when the
+    cap is lifted. Only members' associations: users an adoption kept are left alone."""
+    try:
+        allocation = active_allocation(project=project, cluster=cluster)
+    except NoActiveAllocation:
+        return []
+    covering = member_caps_covering(allocation)
+    actions = []
+    for user in sorted(members):
+        limit = None
+        if user in covering:
+            limit = gpu_minutes_limit_for(
+                raw_used_minutes=used.users_gpu.get(user, 0),
+                covered_gpu_seconds=covering[user],
+                billing_weight=prices["weight"] or Decimal(1),
+            )
+        was = state.user_gpu_minutes.get(user)
+        if limit != was:
+            actions.append(Action(account, "set user limit", user, minutes=limit, was=was))
     return actions
 
 
@@ -349,6 +394,10 @@ def _apply(run: Run, project: Project, actions: list[Action]) -> None:
             minutes[_MINUTES_LIMITS[action.kind]] = action.minutes
         elif action.kind == "set max submit jobs":
             jobs["MaxSubmitJobs"] = action.minutes
+        elif action.kind == "set user limit":
+            client.set_user_limits(
+                user=action.user, account=action.account, gpu_minutes=action.minutes
+            )
         elif action.kind in ("block new work", "unblock new work"):
             jobs.update(action.job_limits)
     if minutes or jobs:

@@ -241,6 +241,14 @@ def account_listings() -> list[tuple[Cluster, SlurmAccountListing | None, list[L
     return listed
 
 
+def active_allocations(project: Project, *, on: dt.date | None = None) -> QuerySet[Allocation]:
+    """The allocations that pay for the project's work on a day, one per cluster at most."""
+    day = on or timezone.localdate()
+    return Allocation.objects.filter(
+        project=project, state=Allocation.State.ACTIVE, starts_on__lte=day, ends_on__gt=day
+    )
+
+
 def active_allocation(
     *, project: Project, cluster: Cluster, on: dt.date | None = None
 ) -> Allocation:

@@ -1,4 +1,5 @@
-"""The researcher's account pages: personal access tokens for the API, preferences."""
+"""The researcher's account pages: personal access tokens for the API, preferences, and
+members' GPU-hour caps on a project."""
 
 from typing import cast
 
@@ -13,9 +14,17 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from accounts.errors import TooManyTokens
+from accounts.caps import (
+    MAX_CAP_GPU_HOURS,
+    allocation_standings,
+    member_cap_clear,
+    member_cap_set,
+)
+from accounts.errors import NotAllowed, Refused, TooManyTokens
 from accounts.models import User
+from accounts.permissions import is_lead_role, membership_of
 from accounts.preferences import mail_language_choices, preferences_update
+from accounts.selectors import active_allocations
 from accounts.tokens import token_create, token_revoke, tokens_of
 
 
@@ -104,3 +113,101 @@ def preferences(request: HttpRequest) -> HttpResponse:
         return redirect("preferences")
     context = {"form": form, "email": user.email}
     return render(request, "accounts/preferences.html", context, status=400 if form.errors else 200)
+
+
+# Members' GPU-hour caps (accounts.caps): the PI's page, where a member sees their own.
+
+EVERY_MEMBER = "*"
+
+
+class CapForm(forms.Form):
+    allocation = forms.TypedChoiceField(label=gettext_lazy("Allocation"), coerce=int)
+    member = forms.ChoiceField(label=gettext_lazy("Member"))
+    gpu_hours = forms.FloatField(
+        label=gettext_lazy("Cap (GPU-hours)"),
+        min_value=0,
+        max_value=MAX_CAP_GPU_HOURS,
+        help_text=gettext_lazy(
+            "The most GPU-hours the member may spend of the allocation: used plus held."
+        ),
+    )
+
+    def __init__(self, *args, allocations, members, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        cast(forms.ChoiceField, self.fields["allocation"]).choices = [
+            (a.pk, str(a.cluster)) for a in allocations
+        ]
+        cast(forms.ChoiceField, self.fields["member"]).choices = [
+            (EVERY_MEMBER, _("Every member (the default)"))
+        ] + [(m.user.username, m.user.get_full_name() or m.user.username) for m in members]
+
+
+def _cap_target(project_members: list, member: str) -> User | None:
+    if member == EVERY_MEMBER:
+        return None
+    for membership in project_members:
+        if membership.user.username == member:
+            return membership.user
+    raise Http404("No such member")
+
+
+@login_required
+def project_caps(request: HttpRequest, slug: str) -> HttpResponse:
+    """Every member's cap, use and what is left on the project's active allocations; the
+    PI and co-PIs set and lift caps here, a member sees their own."""
+    user = _user(request)
+    membership = membership_of(user, slug)
+    if membership is None:
+        raise Http404("No such project")
+    project = membership.project
+    leads = is_lead_role(membership.role)
+    allocations = list(
+        active_allocations(project).select_related("cluster").order_by("cluster__name")
+    )
+    members = list(project.memberships.select_related("user").order_by("user__username"))
+    form = CapForm(request.POST or None, allocations=allocations, members=members)
+    if request.method == "POST":
+        if not leads:
+            raise Http404("No such form")
+        if _cap_change(request, user, form, allocations, members):
+            return redirect("project_caps", slug=project.slug)
+    views = []
+    for allocation in allocations:
+        standings = allocation_standings(allocation)
+        if not leads:
+            standings = [s for s in standings if s.user.pk == user.pk]
+        default = next((s.cap for s in standings if s.cap and s.cap.user_id is None), None)
+        views.append({"allocation": allocation, "standings": standings, "default": default})
+    context = {"project": project, "leads": leads, "views": views, "form": form}
+    return render(request, "accounts/caps.html", context, status=400 if form.errors else 200)
+
+
+def _cap_change(request, user: User, form: CapForm, allocations: list, members: list) -> bool:
+    """Set (the form) or lift (``lift`` names the member) a cap; True when done."""
+    by_id = {allocation.pk: allocation for allocation in allocations}
+    try:
+        if lift := request.POST.get("lift"):
+            allocation = by_id.get(int(request.POST.get("allocation", 0) or 0))
+            if allocation is None:
+                raise Http404("No such allocation")
+            member_cap_clear(actor=user, allocation=allocation, user=_cap_target(members, lift))
+            messages.success(request, _("The cap was lifted."))
+            return True
+        if not form.is_valid():
+            return False
+        data = form.cleaned_data
+        if data["allocation"] not in by_id:
+            raise Http404("No such allocation")
+        member_cap_set(
+            actor=user,
+            allocation=by_id[data["allocation"]],
+            user=_cap_target(members, data["member"]),
+            gpu_hours=data["gpu_hours"],
+        )
+    except ValueError:
+        raise Http404("No such allocation") from None
+    except (NotAllowed, Refused) as error:
+        form.add_error(None, str(error))
+        return False
+    messages.success(request, _("The cap was set."))
+    return True

@@ -40,6 +40,8 @@ class AuditEvent(models.Model):
         TEMPLATE_CREATE = "job_template.create", _("Job template created")
         TEMPLATE_UPDATE = "job_template.update", _("Job template changed")
         TEMPLATE_DELETE = "job_template.delete", _("Job template deleted")
+        MEMBER_CAP_SET = "member_cap.set", _("Member's GPU-hour cap set")
+        MEMBER_CAP_CLEAR = "member_cap.clear", _("Member's GPU-hour cap lifted")
 
     at = models.DateTimeField(_("at"), default=timezone.now)
     # PROTECT, like the ledger's actor: who acted must outlive any clean-up of users.

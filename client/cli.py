@@ -11,6 +11,7 @@
     sgp show 12 --json
     sgp hooks add https://example.org/hook --event job.ended   # prints the signing secret once
     sgp notify --failures                            # mail me when a job fails
+    sgp caps set vision 200 --member alice           # a member's GPU-hour cap (PI/co-PI)
 
 Human tables by default, ``--json`` for scripts; the exit codes are in
 client/exits.py (and ``sgp --help``).
@@ -27,6 +28,7 @@ import httpx
 from client import __version__, config
 from client.account import cmd_login, cmd_notify, cmd_projects
 from client.api import ApiError
+from client.caps import cmd_caps
 from client.exits import EPILOG, Exit
 from client.formatting import hours
 from client.hooks import cmd_hooks
@@ -61,6 +63,13 @@ def _positive(value: str) -> int:
 def _lines(value: str) -> int:
     number = int(value)
     if number < 0:
+        raise ValueError(value)
+    return number
+
+
+def _hours(value: str) -> float:
+    number = float(value)
+    if not 0 <= number < float("inf"):
         raise ValueError(value)
     return number
 
@@ -230,6 +239,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     hooks.add_argument("--project", help="add: a project you lead (default: your own jobs)")
     hooks.add_argument("--format", choices=["json", "slack"], default="json")
+    caps = with_json(command("caps", cmd_caps, "members' GPU-hour caps on a project"))
+    caps.add_argument(
+        "action",
+        choices=["list", "set", "clear"],
+        help="list (yours, or every member's for the PI), set or clear (PI and co-PIs)",
+    )
+    caps.add_argument("project", help="the project's slug")
+    caps.add_argument(
+        "gpu_hours", nargs="?", type=_hours, help="set: the cap, in GPU-hours (0 stops new work)"
+    )
+    caps.add_argument("--member", help="set/clear: a member's own cap (default: every member's)")
+    caps.add_argument("--cluster", help="needed only when the project is on several clusters")
     return parser
 
 
@@ -242,6 +263,9 @@ def report(error: ApiError, command: str) -> None:
         requested = error.extra.get("requested_gpu_hours")
         available = error.extra.get("available_gpu_hours")
         lines.append(f"  requested {hours(requested)} GPU-hours, available {hours(available)}")
+        remaining = error.extra.get("member_remaining_gpu_hours")
+        if remaining is not None:
+            lines.append(f"  your cap leaves you {hours(remaining)} GPU-hours")
     if error.exit_code == Exit.RATE_LIMITED and "retry_after" in error.extra:
         lines.append(f"  try again in {error.extra['retry_after']} s")
     if error.status == 401 and command != "login":
@@ -259,6 +283,8 @@ def main(argv: Sequence[str] | None = None, *, transport: httpx.BaseTransport | 
         return stop.code if isinstance(stop.code, int) else Exit.USAGE
     session = Session(transport)
     try:
+        if args.command == "caps" and (args.action == "set") != (args.gpu_hours is not None):
+            raise UsageError("give the cap in GPU-hours to `caps set`, and only to it")
         return int(args.handler(args, session))
     except ApiError as error:
         report(error, args.command)

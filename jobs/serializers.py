@@ -361,7 +361,13 @@ class EstimateSerializer(serializers.Serializer):
     )
     cpu_part_gpu_hours = serializers.FloatField(help_text="cpu_hours x cpu_hour_rate.")
     available_gpu_hours = serializers.FloatField(help_text="Of the allocation that would pay.")
-    fits = serializers.BooleanField(help_text="Whether the project can cover it now.")
+    member_remaining_gpu_hours = serializers.FloatField(
+        allow_null=True,
+        help_text="What your cap on the allocation leaves you; null when you have no cap.",
+    )
+    fits = serializers.BooleanField(
+        help_text="Whether the project can cover it now (and your cap, if you have one)."
+    )
     expected_start = serializers.DateTimeField(
         allow_null=True, help_text="Slurm's estimate (sbatch --test-only); null if unknown."
     )

@@ -15,6 +15,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from accounts import ledger
+from accounts.caps import member_remaining_gpu_seconds
 from accounts.errors import NoActiveAllocation, NotAllowed, QuotaExceeded
 from accounts.models import Project, User
 from accounts.permissions import is_allocation_manager, is_lead
@@ -168,6 +169,8 @@ class Estimate:
     cluster_unreachable: str = ""
     # The cost's two parts: GPU-hours at the billing weight plus CPU-hours at the CPU rate.
     price: Price | None = None
+    # What the caller's cap on the allocation leaves them (accounts.caps); None: no cap.
+    member_remaining_gpu_hours: float | None = None
 
     @property
     def gpu_hours(self) -> float:
@@ -214,10 +217,13 @@ def job_estimate(*, user: User, request: JobRequest) -> Estimate:
             pause(no_estimates, str(error), seconds=ESTIMATE_PAUSE_S)
         logger.info("no start estimate from %s: %s", prepared.cluster, error)
     available = allocation.available_gpu_seconds
+    remaining = member_remaining_gpu_seconds(allocation, user)
     return Estimate(
         requested_gpu_hours=prepared.requested_gpu_seconds / 3600,
         available_gpu_hours=available / 3600,
-        fits=prepared.requested_gpu_seconds <= available,
+        member_remaining_gpu_hours=None if remaining is None else remaining / 3600,
+        fits=prepared.requested_gpu_seconds
+        <= min(available, available if remaining is None else remaining),
         expected_start=expected_start,
         rendered_script=prepared.rendered_script,
         cluster_unreachable=unreachable,

@@ -9,6 +9,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from accounts import api as accounts
+from accounts import api_caps as caps
 from accounts import api_sign_in as sign_in
 from accounts import api_webhooks as hooks
 from clusters import api as clusters
@@ -36,6 +37,12 @@ v1 = [
     path("projects/", accounts.ProjectList.as_view(), name="projects"),
     path("projects/<slug:slug>/", accounts.ProjectDetail.as_view(), name="project"),
     path("projects/<slug:slug>/usage/", accounts.ProjectUsage.as_view(), name="project-usage"),
+    path("projects/<slug:slug>/caps/", caps.ProjectCaps.as_view(), name="project-caps"),
+    path(
+        "projects/<slug:slug>/caps/<str:username>/",
+        caps.MemberCapDetail.as_view(),
+        name="project-member-cap",
+    ),
     path("partitions/", clusters.PartitionList.as_view(), name="partitions"),
     path("status/", Status.as_view(), name="status"),
     path("jobs/", jobs.JobList.as_view(), name="jobs"),

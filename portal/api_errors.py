@@ -95,6 +95,9 @@ def _from_domain(exc: Exception) -> ApiError | None:
             extra={
                 "requested_gpu_hours": exc.requested_gpu_hours,
                 "available_gpu_hours": exc.available_gpu_hours,
+                # null when the member has no cap on the allocation
+                "member_remaining_gpu_hours": exc.member_remaining_gpu_hours,
+                "limited_by": exc.limited_by,
             },
         )
     if isinstance(exc, NotAllowed):
@@ -194,6 +197,17 @@ class ErrorDetailSerializer(serializers.Serializer):
     )
     available_gpu_hours = serializers.FloatField(
         required=False, help_text="quota_exceeded only: what the project has left."
+    )
+    member_remaining_gpu_hours = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        help_text="quota_exceeded only: what your cap on the allocation leaves you; "
+        "null when you have no cap.",
+    )
+    limited_by = serializers.ChoiceField(
+        choices=["project", "member_cap"],
+        required=False,
+        help_text="quota_exceeded only: what refused the job, the project's balance or your cap.",
     )
     limit = serializers.IntegerField(
         required=False, help_text="too_many_tokens only: how many live tokens a user may have."

@@ -17,6 +17,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("jobs/", include("jobs.urls")),
     path("projects/<slug:slug>/", views.project_detail, name="project"),
+    path("projects/<slug:slug>/caps/", account_views.project_caps, name="project_caps"),
     path("status/", status.status_page, name="status"),
     path("tokens/", account_views.tokens, name="tokens"),
     path("preferences/", account_views.preferences, name="preferences"),

@@ -17,6 +17,7 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from accounts.caps import member_standings
 from accounts.errors import NotAllowed, Refused
 from accounts.fair_share import project_standings
 from accounts.models import Allocation, Project, User
@@ -136,6 +137,27 @@ class AllocationRequestForm(forms.Form):
     )
 
 
+def _my_caps(user: User, allocations: list[Allocation]) -> list[dict]:
+    """The user's own caps on the project's active allocations, with what is left."""
+    today = timezone.localdate()
+    rows = []
+    for allocation in allocations:
+        if allocation.state != Allocation.State.ACTIVE or not (
+            allocation.starts_on <= today < allocation.ends_on
+        ):
+            continue
+        [standing] = member_standings(allocation, [user])
+        if standing.cap is not None:
+            rows.append(
+                {
+                    "cluster": allocation.cluster,
+                    "cap_gpu_seconds": standing.cap.gpu_seconds,
+                    "remaining_gpu_seconds": standing.remaining_gpu_seconds,
+                }
+            )
+    return rows
+
+
 @login_required
 def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
     """A project: balance for every member; members, usage and all jobs for PI and co-PIs."""
@@ -181,6 +203,7 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "jobs": list(jobs[:25]),
         "form": form,
         "standings": project_standings(project),
+        "my_caps": _my_caps(user, allocations),
     }
     if leads:
         context["members"] = list(

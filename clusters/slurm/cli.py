@@ -388,9 +388,27 @@ class CliClient:
                 raise
             self.account_limits(account)  # NotFound if there is no such account
 
+    def set_user_limits(self, *, user: str, account: str, gpu_minutes: int | None) -> None:
+        try:
+            self._run(
+                ["sacctmgr", "--immediate", "modify", "user", "where", f"name={user}",
+                 f"account={account}", f"cluster={self.cluster_name}", "set",
+                 f"GrpTRESMins=gres/gpu={_limit_value(gpu_minutes)}"]
+            )  # fmt: skip
+        except SlurmRejected as exc:
+            # Already so, or no such association (only that is an error): 22.05 says
+            # "Nothing modified", 24.11 (for a user) "Request didn't affect anything".
+            message = exc.message.lower()
+            if "nothing modified" not in message and "didn't affect anything" not in message:
+                raise
+            if user not in self.account_limits(account).users:
+                raise NotFound(
+                    f"{user} has no association with {account!r} on {self.cluster_name}"
+                ) from None
+
     def minutes_used(self, account: str) -> MinutesUsed:
         result = self._run(
-            ["sshare", "--noheader", "--parsable2", f"--accounts={account}",
+            ["sshare", "--noheader", "--parsable2", "--all", f"--accounts={account}",
              f"--clusters={self.cluster_name}", SSHARE_FORMAT]
         )  # fmt: skip
         used = parse_sshare_account(result.stdout, account)

@@ -421,17 +421,27 @@ SSHARE_FORMAT = "--format=Account,User,GrpTRESRaw,NormShares,EffectvUsage"
 @reads_slurm_output
 def parse_sshare_account(text: str, account: str) -> MinutesUsed | None:
     """The account's own line of ``sshare --parsable2 SSHARE_FORMAT`` (not its users'):
-    raw usage in minutes and its fair-share standing; None when it is not listed."""
+    raw usage in minutes and its fair-share standing, with each of its users' raw
+    GPU-minutes (``sshare --all`` lists them); None when the account is not listed."""
+    own = None
+    users = {}
     for line in text.splitlines():
         fields = line.split("|")
-        if len(fields) == 5 and fields[0].strip() == account and not fields[1]:
-            return MinutesUsed(
-                gpu=parse_tres_usage_minutes(fields[2], "gres/gpu"),
-                cpu=parse_tres_usage_minutes(fields[2], "cpu"),
-                share=_fraction(fields[3]),
-                usage=_fraction(fields[4]),
-            )
-    return None
+        if len(fields) != 5 or fields[0].strip() != account:
+            continue
+        if fields[1]:
+            users[fields[1]] = parse_tres_usage_minutes(fields[2], "gres/gpu")
+        elif own is None:
+            own = fields
+    if own is None:
+        return None
+    return MinutesUsed(
+        gpu=parse_tres_usage_minutes(own[2], "gres/gpu"),
+        cpu=parse_tres_usage_minutes(own[2], "cpu"),
+        share=_fraction(own[3]),
+        usage=_fraction(own[4]),
+        users_gpu=users,
+    )
 
 
 def _fraction(text: str) -> float | None:
@@ -476,6 +486,7 @@ def parse_sacctmgr_associations(text: str) -> dict[str, tuple[str, AccountLimits
     on one cluster. A user's association (any partition) counts the user once; the
     account's own association is the one without a user or partition."""
     users: dict[str, set[str]] = {}
+    user_limits: dict[str, dict[str, int | None]] = {}
     own: dict[str, list[str]] = {}
     for line in text.splitlines():
         if not line.strip():
@@ -485,14 +496,20 @@ def parse_sacctmgr_associations(text: str) -> dict[str, tuple[str, AccountLimits
         users.setdefault(account, set())
         if user:
             users[account].add(user)
+            if not partition:
+                limit = parse_tres_limit(fields[4], "gres/gpu")
+                user_limits.setdefault(account, {})[user] = limit
         elif not partition:
             own[account] = fields
     return {
-        account: (fields[3], _limits(fields, users[account])) for account, fields in own.items()
+        account: (fields[3], _limits(fields, users[account], user_limits.get(account, {})))
+        for account, fields in own.items()
     }
 
 
-def _limits(fields: list[str], users: set[str]) -> AccountLimits:
+def _limits(
+    fields: list[str], users: set[str], user_limits: dict[str, int | None]
+) -> AccountLimits:
     tres_minutes, max_submit, grp_submit, grp_jobs = fields[4:8]
     return AccountLimits(
         users=tuple(sorted(users)),
@@ -503,6 +520,7 @@ def _limits(fields: list[str], users: set[str]) -> AccountLimits:
             "GrpSubmitJobs": parse_job_count(grp_submit),
             "GrpJobs": parse_job_count(grp_jobs),
         },
+        user_gpu_minutes={user: limit for user, limit in user_limits.items() if limit is not None},
     )
 
 

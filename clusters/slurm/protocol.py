@@ -81,12 +81,14 @@ class SlurmClient(Protocol):
         """Give a user an association with an account if absent; True when it was created."""
 
     def account_limits(self, account: str) -> AccountLimits:
-        """Who has an association under the account and the limits of the account's own
-        association, in one read; NotFound if Slurm has no such account on this cluster."""
+        """Who has an association under the account, the limits of the account's own
+        association and each user's own GPU-minutes limit, in one read; NotFound if Slurm
+        has no such account on this cluster."""
 
     def minutes_used(self, account: str) -> MinutesUsed:
         """The account's raw GPU and CPU usage in minutes, as Slurm counts it against its
-        limits; NotFound if there is no such account."""
+        limits, with each of its users' raw GPU-minutes; NotFound if there is no such
+        account."""
 
     def remove_user_association(self, *, user: str, account: str) -> bool:
         """Remove a user's association with an account; True when there was one.
@@ -106,6 +108,11 @@ class SlurmClient(Protocol):
         ``minutes`` by TRES name (``gres/gpu``, ``cpu``: its ``GrpTRESMins``), ``jobs``
         by the names of ``AccountLimits`` (``MaxSubmitJobs`` and the ``job_counts``,
         ``GrpSubmitJobs`` and ``GrpJobs``). None removes a limit."""
+
+    def set_user_limits(self, *, user: str, account: str, gpu_minutes: int | None) -> None:
+        """Set the ``GrpTRESMins`` gres/gpu of the user's own association under the account
+        (a member's cap; None removes it), its other limits kept; NotFound if the user has
+        no association there."""
 
     def list_accounts(self) -> list[SlurmAccount]:
         """Every account with an association on this cluster but ``root``, by name, with

@@ -564,6 +564,13 @@ class RestClient:
             cpu_minutes=cpu_minutes_limit(own),
             max_submit_jobs=max_submit_jobs(own),
             job_counts=job_count_limits(own),
+            user_gpu_minutes={
+                a["user"]: limit
+                for a in associations
+                if a.get("user")
+                and not a.get("partition")
+                and (limit := gpu_minutes_limit(a)) is not None
+            },
         )
 
     def remove_user_association(self, *, user: str, account: str) -> bool:
@@ -662,6 +669,40 @@ class RestClient:
         # v0.0.37/38 cannot change an association's limits: fine only when they hold.
         if not limits_hold(self._account_association_of(account), minutes=minutes, jobs=jobs):
             raise _cannot_change_account_limits(account, shown)
+
+    def set_user_limits(self, *, user: str, account: str, gpu_minutes: int | None) -> None:
+        minutes = {"gres/gpu": None if gpu_minutes is None else int(gpu_minutes)}
+        shown = f"GrpTRESMins=gres/gpu={-1 if gpu_minutes is None else gpu_minutes}"
+
+        def association() -> Json:
+            found = next(
+                (
+                    a
+                    for a in self._associations(account)
+                    if a.get("user") == user and not a.get("partition")
+                ),
+                None,
+            )
+            if found is None:
+                raise NotFound(f"{user} has no association with {account!r} on {self.cluster_name}")
+            return found
+
+        current = association()
+        if limits_hold(current, minutes=minutes):
+            return
+        if not self._db_reshaped():
+            # 22.05: as for the account's own association (see _cannot_change_account_limits).
+            raise SlurmRejected(
+                f"cannot set {shown} for {user} under {account!r}: Slurm 22.05's REST API "
+                "cannot change an association's limits; use the cli backend or sacctmgr"
+            )
+        # v0.0.40+: the user's association POSTed back whole with the limit changed, then
+        # read back, as the account's own (_change_account_association).
+        self._post_db("/associations", {"associations": [with_limits(current, minutes=minutes)]})
+        if not limits_hold(association(), minutes=minutes):
+            raise SlurmRejected(
+                f"slurmrestd accepted {shown} for {user} under {account!r} but did not apply it"
+            )
 
     def minutes_used(self, account: str) -> MinutesUsed:
         self._account_association_of(account)

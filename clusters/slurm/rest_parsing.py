@@ -637,23 +637,36 @@ def _tres_name(item: Json) -> str:
 @reads_slurm_output
 def minutes_used(payload: Json, account: str) -> MinutesUsed | None:
     """``GET /slurm/{v}/shares`` (v0.0.40+): the account's raw GPU and CPU usage in whole
-    minutes, as sshare's GrpTRESRaw prints it (``tres.usage`` is in TRES-seconds); None
-    when the answer has no such account."""
-    for share in (payload.get("shares") or {}).get("shares") or []:
+    minutes, as sshare's GrpTRESRaw prints it (``tres.usage`` is in TRES-seconds), with
+    each of its users' GPU-minutes (their shares are of type USER, named for the user,
+    the account their parent); None when the answer has no such account."""
+    shares = (payload.get("shares") or {}).get("shares") or []
+    users = {
+        str(share.get("name")): int(float(_usage(share).get("gres/gpu") or 0) // 60)
+        for share in shares
+        if share.get("parent") == account
+        and "USER" in {str(t).upper() for t in share.get("type") or []}
+        and not share.get("partition")
+    }
+    for share in shares:
         types = {str(t).upper() for t in share.get("type") or []}
         if share.get("name") != account or "ASSOCIATION" not in types or share.get("partition"):
             continue
-        usage = {
-            item.get("name"): item.get("value")
-            for item in (share.get("tres") or {}).get("usage") or []
-        }
+        usage = _usage(share)
         return MinutesUsed(
             gpu=int(float(usage.get("gres/gpu") or 0) // 60),
             cpu=int(float(usage.get("cpu") or 0) // 60),
             share=_share_number(share.get("shares_normalized")),
             usage=_share_number(share.get("effective_usage")),
+            users_gpu=users,
         )
     return None
+
+
+def _usage(share: Json) -> dict[str, Any]:
+    return {
+        item.get("name"): item.get("value") for item in (share.get("tres") or {}).get("usage") or []
+    }
 
 
 def _share_number(value: Json) -> float | None:

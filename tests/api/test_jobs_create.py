@@ -77,9 +77,9 @@ def test_the_201_is_the_job_as_its_page_shows_it_without_reading_it_back(
     first = post(client, body).json()
     second = post(client, body).json()
     # The caller, the project, cluster, partition and allocation, the caller's queued jobs
-    # (MaxSubmitJobs), the dependencies, the job with its links, the hold and the first
-    # event; nothing read back to answer.
-    with django_assert_max_num_queries(16):
+    # (MaxSubmitJobs), the dependencies, the job with its links, whether the allocation
+    # caps its members, the hold and the first event; nothing read back to answer.
+    with django_assert_max_num_queries(17):
         response = post(client, {**body, "depends_on": [first["id"], second["id"]]})
     assert response.status_code == 201, response.json()
     created = response.json()
@@ -276,7 +276,9 @@ def test_the_estimate_prices_the_job_and_saves_nothing(api, alice, project, body
         "cpu_hours",
         "cpu_hour_rate",
         "cpu_part_gpu_hours",
+        "member_remaining_gpu_hours",
     }
+    assert estimate["member_remaining_gpu_hours"] is None  # alice has no cap
     assert estimate["requested_gpu_hours"] == 1.02
     # The breakdown: 1 GPU-hour at weight 1, plus 2 CPU-hours (4 CPUs for 30 minutes) at 0.01.
     assert (estimate["gpu_hours"], estimate["billing_weight"]) == (1.0, 1.0)

@@ -24,6 +24,12 @@ ENDPOINTS = {
     ("get", "/api/v1/projects/"),
     ("get", "/api/v1/projects/{slug}/"),
     ("get", "/api/v1/projects/{slug}/usage/"),
+    ("get", "/api/v1/projects/{slug}/caps/"),
+    ("put", "/api/v1/projects/{slug}/caps/"),
+    ("delete", "/api/v1/projects/{slug}/caps/"),
+    ("get", "/api/v1/projects/{slug}/caps/{username}/"),
+    ("put", "/api/v1/projects/{slug}/caps/{username}/"),
+    ("delete", "/api/v1/projects/{slug}/caps/{username}/"),
     ("get", "/api/v1/partitions/"),
     ("get", "/api/v1/status/"),
     ("get", "/api/v1/jobs/"),
@@ -81,7 +87,15 @@ def test_the_schema_documents_every_endpoint_and_its_errors(openapi):
     assert "Idempotency-Key" in {p["name"] for p in create["parameters"]}
     assert "bearerAuth" in openapi["components"]["securitySchemes"]
     error = openapi["components"]["schemas"]["ErrorDetail"]["properties"]
-    assert {"code", "message", "fields", "requested_gpu_hours", "available_gpu_hours"} <= set(error)
+    assert {
+        "code",
+        "message",
+        "fields",
+        "requested_gpu_hours",
+        "available_gpu_hours",
+        "member_remaining_gpu_hours",
+        "limited_by",
+    } <= set(error)
     request = openapi["components"]["schemas"]["JobRequestRequest"]["properties"]
     assert {"project", "partition", "cluster", "depends_on", "template", "environment"} <= set(
         request

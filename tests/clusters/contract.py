@@ -546,6 +546,38 @@ def test_a_cpu_minutes_limit_and_max_submit_jobs_are_set_read_and_removed(client
         site.slurm.run("sacctmgr", "-i", "delete", "account", account)
 
 
+@pytest.mark.usefixtures("association_lock")
+def test_a_users_own_gpu_minutes_limit_is_set_read_and_removed(client, site):
+    """A member's cap (accounts.caps) on the member's own association under the account."""
+    account = f"c{uuid.uuid4().hex[:10]}"
+    try:
+        client.ensure_account(account, description="contract test")
+        client.ensure_user_association(user=USER, account=account)
+        client.ensure_user_association(user=FORGER, account=account)
+        with pytest.raises(NotFound):
+            client.set_user_limits(user="charlie", account=account, gpu_minutes=1)
+        if not limits_supported(client):
+            with pytest.raises(SlurmRejected, match=r"22\.05"):
+                client.set_user_limits(user=USER, account=account, gpu_minutes=5)
+            client.set_user_limits(user=USER, account=account, gpu_minutes=None)  # holds
+            assert client.account_limits(account).user_gpu_minutes == {}
+            return
+        client.set_user_limits(user=USER, account=account, gpu_minutes=5)
+        client.set_user_limits(user=USER, account=account, gpu_minutes=5)  # a repeat
+        limits = client.account_limits(account)
+        assert limits.user_gpu_minutes == {USER: 5}
+        assert limits.gpu_minutes is None  # the account's own is not the user's
+        wait_for(
+            "each user's usage line",
+            lambda: set(client.minutes_used(account).users_gpu) == {USER, FORGER},
+            timeout_s=15,
+        )
+        client.set_user_limits(user=USER, account=account, gpu_minutes=None)
+        assert client.account_limits(account).user_gpu_minutes == {}
+    finally:
+        site.slurm.run("sacctmgr", "-i", "delete", "account", account)
+
+
 def test_usage_of_an_unknown_account_is_not_found(client):
     with pytest.raises(NotFound):
         client.minutes_used("no-such-account")

@@ -119,6 +119,27 @@ def test_an_accounts_usage_and_fair_share_standing_come_from_its_own_sshare_line
     assert parse_sshare_account(text, "no-such-account") is None
 
 
+@pytest.mark.parametrize("version", ["22.05", "24.11"])
+def test_each_users_raw_gpu_minutes_come_from_the_user_lines_of_sshare_all(version):
+    used = parse_sshare_account(recorded(f"sshare-all-{version}.txt"), "contract")
+    assert used is not None
+    assert used.gpu == 2 and used.users_gpu == {"alice": 2, "bob": 0}
+    assert parse_sshare_account(recorded(f"sshare-shares-{version}.txt"), "vision").users_gpu == {}
+
+
+def test_a_users_own_gpu_minutes_limit_comes_from_their_association():
+    text = (
+        "vision|||root|gres/gpu=600|||\n"
+        "vision|alice|||cpu=5,gres/gpu=7|||\n"
+        "vision|bob||||||\n"
+        "vision|carol|debug||gres/gpu=9|||\n"  # a partition's association: not the user's own
+    )
+    parent, limits = parse_sacctmgr_associations(text)["vision"]
+    assert parent == "root" and limits.gpu_minutes == 600
+    assert limits.users == ("alice", "bob", "carol")
+    assert limits.user_gpu_minutes == {"alice": 7}
+
+
 def test_array_ids_and_exit_codes():
     assert parse_array_id("24_3") == (24, "3")
     assert parse_array_id("24_[2-5%2]") == (24, "[2-5%2]")

@@ -31,6 +31,7 @@ from django.test import Client, RequestFactory
 from django.urls import NoReverseMatch, URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 
+from accounts.caps import member_cap_set
 from accounts.groups import ALLOCATION_MANAGERS
 from accounts.ledger import (
     allocation_adjust,
@@ -195,6 +196,11 @@ def build_world() -> World:
     )
     # Over the top: far more charged than granted (work outside the portal, late accounting).
     ledger_charge(allocation=allocations["over"], reference="crawl:2", gpu_seconds=10**10)
+    # Caps: the researcher's own and a default on main; on over, a default far below
+    # what was charged (nothing left, not a negative figure).
+    member_cap_set(actor=pi, allocation=allocations["main"], user=researcher, gpu_hours=0.001)
+    member_cap_set(actor=pi, allocation=allocations["main"], user=None, gpu_hours=10**6)
+    member_cap_set(actor=pi, allocation=allocations["over"], user=None, gpu_hours=0)
     allocation_adjust(
         allocation=allocations["over"], gpu_seconds=-HOUR, actor=manager, reason="all of it"
     )
@@ -547,6 +553,22 @@ def member_page(roles: dict[str, str], persona: str) -> int:
     return 200 if persona in roles else 404
 
 
+# The projects with an allocation active today: the others' caps are a 409.
+CAPPABLE = {"crawl-main", "crawl-over", "crawl-zero", "crawl-tiny"}
+
+
+def caps_api(w: World) -> list[Visit]:
+    return [
+        Visit(
+            f"api:project-caps {slug}",
+            reverse("api:project-caps", args=[slug]),
+            {ANONYMOUS: 401}
+            | {p: (200 if slug in CAPPABLE else 409) if p in roles else 404 for p in SIGNED_IN},
+        )
+        for slug, roles in w.members.items()
+    ]
+
+
 def usage_api(roles: dict[str, str], persona: str) -> int:
     if persona not in roles:
         return 404
@@ -559,6 +581,7 @@ PAGES: dict[str, Page] = {
     "project": Page(per_project("project", member_page)),
     "tokens": Page(one("tokens", signed_in(200))),
     "preferences": Page(one("preferences", signed_in(200))),
+    "project_caps": Page(per_project("project_caps", member_page)),
     "status": Page(one("status", signed_in(200))),
     "token_revoke": Page(one("token_revoke", signed_in(405), lambda w: w.token_id)),
     "webhooks": Page(one("webhooks", signed_in(200))),
@@ -682,6 +705,16 @@ PAGES: dict[str, Page] = {
     "api:project": Page(per_project("api:project", member_page, anonymous=401)),
     "api:project-usage": Page(
         per_project("api:project-usage", usage_api, anonymous=401), reads=("group_by",)
+    ),
+    "api:project-caps": Page(caps_api, reads=("cluster",)),
+    "api:project-member-cap": Page(
+        one(
+            "api:project-member-cap",
+            api(404, researcher=200, pi=200),
+            lambda w: "crawl-main",
+            lambda w: w.users[RESEARCHER].username,
+        ),
+        reads=("cluster",),
     ),
     "api:partitions": Page(one("api:partitions", api(200)), reads=("cluster",)),
     "api:status": Page(one("api:status", api(200))),

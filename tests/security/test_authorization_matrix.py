@@ -40,12 +40,14 @@ from django.test import Client, override_settings
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 
+from accounts.caps import member_cap_set
 from accounts.identity import Person, sign_in
 from accounts.models import (
     Allocation,
     AllocationRequest,
     ExternalIdentity,
     LedgerEntry,
+    MemberCap,
     PersonalAccessToken,
     Project,
     SlurmAccountListing,
@@ -230,6 +232,9 @@ def build_world(output_dir: Path) -> World:
         justification="sec-secret-justification",
     )
     token, _ = token_create(user=users[OWNER], name="laptop")
+    # The owner has a cap of their own and every member a default: each can be lifted.
+    member_cap_set(actor=users[PI], allocation=allocation, user=users[OWNER], gpu_hours=3)
+    member_cap_set(actor=users[PI], allocation=allocation, user=None, gpu_hours=4)
     template = JobTemplate.objects.create(
         name="sec-secret-template", scope="user", owner=users[OWNER], script="true\n"
     )
@@ -329,6 +334,10 @@ def slug(w: World) -> str:
     return w.project.slug
 
 
+def owner_name(w: World) -> str:
+    return w.users[OWNER].username
+
+
 def job_form(w: World) -> dict:
     return {
         "project": w.project.slug,
@@ -378,6 +387,14 @@ ROWS = [
         reveals=(job_name, SEES_THE_JOB)),
     # The allocation request form is the leads': members are not shown it (a 404).
     Row("project", "POST", at("project", slug), expect(404, LOGIN, pi=MOVED), data=request_form),
+    Row("project_caps", "GET", at("project_caps", slug),
+        expect(404, LOGIN, owner=200, teammate=200, pi=200)),
+    # Only the leads change caps; for a member the form is not there (a 404).
+    Row("project_caps", "POST", at("project_caps", slug), expect(404, LOGIN, pi=MOVED),
+        data=lambda w: {"allocation": w.allocation.pk, "member": "*", "gpu_hours": "9"}),
+    Row("project_caps", "POST", at("project_caps", slug), expect(404, LOGIN, pi=MOVED),
+        data=lambda w: {"allocation": w.allocation.pk, "lift": w.users[OWNER].username},
+        label="project_caps lift"),
     Row("status", "GET", at("status"), expect(200, LOGIN)),
     Row("tokens", "GET", at("tokens"), expect(200, LOGIN)),
     Row("tokens", "POST", at("tokens"), expect(200, LOGIN),
@@ -500,6 +517,21 @@ ROWS = [
         expect(404, 401, owner=200, teammate=200, pi=200)),
     Row("api:project-usage", "GET", at("api:project-usage", slug),
         expect(404, 401, owner=403, teammate=403, pi=200)),
+    # Caps: a member sees their own, the PI sets and lifts them; no one else sees any.
+    Row("api:project-caps", "GET", at("api:project-caps", slug),
+        expect(404, 401, owner=200, teammate=200, pi=200)),
+    *(
+        Row("api:project-caps", method, at("api:project-caps", slug),
+            expect(404, 401, owner=403, teammate=403, pi=200), data=data)
+        for method, data in (("PUT", lambda w: {"gpu_hours": 7}), ("DELETE", None))
+    ),
+    Row("api:project-member-cap", "GET", at("api:project-member-cap", slug, owner_name),
+        expect(404, 401, owner=200, pi=200), reveals=(lambda w: "3.0", frozenset({OWNER, PI}))),
+    *(
+        Row("api:project-member-cap", method, at("api:project-member-cap", slug, owner_name),
+            expect(404, 401, owner=403, teammate=403, pi=200), data=data)
+        for method, data in (("PUT", lambda w: {"gpu_hours": 7}), ("DELETE", None))
+    ),
     Row("api:partitions", "GET", at("api:partitions"), expect(200, 401)),
     Row("api:status", "GET", at("api:status"), expect(200, 401)),
     Row("api:jobs", "GET", at("api:jobs"), expect(200, 401),
@@ -596,6 +628,7 @@ def snapshot() -> dict[str, object]:
         "webhooks": list(Webhook.objects.order_by("pk").values_list("pk", flat=True)),
         "deliveries": WebhookDelivery.objects.count(),
         "preferences": list(User.objects.order_by("pk").values_list("pk", "job_mail")),
+        "caps": list(MemberCap.objects.order_by("pk").values_list("pk", "gpu_seconds")),
     }
 
 
@@ -608,6 +641,8 @@ def call(client: Client, row: Row, w: World):
         return client.delete(url)
     if row.method == "PATCH":
         return client.patch(url, data or {}, content_type="application/json")
+    if row.method == "PUT":
+        return client.put(url, data or {}, content_type="application/json")
     if row.api:
         return client.post(url, data or {}, content_type="application/json")
     return client.post(url, data or {})
