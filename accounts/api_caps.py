@@ -181,6 +181,7 @@ class MemberCapDetail(_Caps):
     @extend_schema(
         tags=["caps"],
         summary="One member's cap, use and what is left (the member or a PI/co-PI)",
+        operation_id="projects_member_cap_retrieve",
         parameters=[CapQuerySerializer],
         responses=MemberCapSerializer,
     )
@@ -197,6 +198,7 @@ class MemberCapDetail(_Caps):
     @extend_schema(
         tags=["caps"],
         summary="Set one member's own cap (PI/co-PI)",
+        operation_id="projects_member_cap_update",
         request=CapSetSerializer,
         responses=CapsSerializer,
     )
@@ -206,6 +208,7 @@ class MemberCapDetail(_Caps):
     @extend_schema(
         tags=["caps"],
         summary="Lift one member's own cap (PI/co-PI); the default, if any, applies",
+        operation_id="projects_member_cap_destroy",
         parameters=[CapQuerySerializer],
         responses=CapsSerializer,
     )

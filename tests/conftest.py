@@ -79,16 +79,22 @@ def _migrations_seeded_rows_are_there(request):
     uses_db = DB_FIXTURES & set(request.fixturenames)
     if not (uses_db or request.node.get_closest_marker("django_db")):
         return
+    seeded = request.getfixturevalue("_seeded_by_migrations")
+    with request.getfixturevalue("django_db_blocker").unblock():
+        seeded_rows_restore(seeded)
+
+
+def seeded_rows_restore(seeded: str) -> None:
+    """Put back the rows the migrations seeded (``_seeded_by_migrations``) if a
+    transactional test emptied the tables; one query when they are there."""
     from django.contrib.auth.models import Group
     from django.core import serializers
 
     from accounts.groups import ALLOCATION_MANAGERS
 
-    seeded = request.getfixturevalue("_seeded_by_migrations")
-    with request.getfixturevalue("django_db_blocker").unblock():
-        if not Group.objects.filter(name=ALLOCATION_MANAGERS).exists():
-            for row in serializers.deserialize("json", seeded, handle_forward_references=True):
-                row.save()
+    if not Group.objects.filter(name=ALLOCATION_MANAGERS).exists():
+        for row in serializers.deserialize("json", seeded, handle_forward_references=True):
+            row.save()
 
 
 def stack_value(name: str) -> str:

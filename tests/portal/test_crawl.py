@@ -423,8 +423,8 @@ def build_world() -> World:
 
 
 @pytest.fixture(scope="module")
-def _module_world(django_db_setup, django_db_blocker) -> Iterator[World]:
-    with kept_for_the_module(django_db_blocker):
+def _module_world(django_db_setup, django_db_blocker, _seeded_by_migrations) -> Iterator[World]:
+    with kept_for_the_module(django_db_blocker, _seeded_by_migrations):
         yield build_world()
 
 

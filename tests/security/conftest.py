@@ -61,12 +61,17 @@ def funded_project(
 
 
 @contextmanager
-def kept_for_the_module(django_db_blocker) -> Iterator[None]:
+def kept_for_the_module(django_db_blocker, seeded: str) -> Iterator[None]:
     """Rows written inside stay for a module's tests and are rolled back after them.
 
     Each test still runs in a savepoint of its own (pytest-django's ``db``), as with
-    Django's ``TestCase.setUpTestData``, so one test's writes never reach the next.
+    Django's ``TestCase.setUpTestData``, so one test's writes never reach the next. The
+    rows the migrations seed (``seeded``, the session's ``_seeded_by_migrations``) are put
+    back first: a transactional test of another module may have emptied the tables.
     """
+    from tests.conftest import seeded_rows_restore
+
     with django_db_blocker.unblock(), transaction.atomic():
+        seeded_rows_restore(seeded)
         yield
         transaction.set_rollback(True)

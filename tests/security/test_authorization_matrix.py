@@ -281,10 +281,12 @@ def write_output(output_dir: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def _module_world(django_db_setup, django_db_blocker, celery_worker) -> Iterator[World]:
+def _module_world(
+    django_db_setup, django_db_blocker, _seeded_by_migrations, celery_worker
+) -> Iterator[World]:
     output_dir = Path(pwd.getpwnam("alice").pw_dir) / "portal-tests" / f"sec-{uuid.uuid4().hex[:8]}"
     write_output(output_dir)
-    with kept_for_the_module(django_db_blocker):
+    with kept_for_the_module(django_db_blocker, _seeded_by_migrations):
         yield build_world(output_dir)
     shutil.rmtree(output_dir, ignore_errors=True)
 

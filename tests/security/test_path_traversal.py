@@ -111,10 +111,10 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def _module_world(django_db_setup, django_db_blocker):
+def _module_world(django_db_setup, django_db_blocker, _seeded_by_migrations):
     places = _make_places()
     try:
-        with kept_for_the_module(django_db_blocker):
+        with kept_for_the_module(django_db_blocker, _seeded_by_migrations):
             cluster = offline_cluster_create()
             alice = person("sec-alice", posix="alice")
             project = funded_project("sec-paths", cluster=cluster, members={alice: "member"})
