@@ -77,6 +77,7 @@ def test_a_worker_killed_mid_ingest_and_mid_burst_loses_nothing_and_does_nothing
                     == 3
                 ),
                 what="the ingest to charge the second project's jobs",
+                timeout_s=150,  # the jobs run and end first; slow on a loaded machine
             )
             wait_for(
                 waiting_on_a_lock, what="the ingest to wait for the first project's allocation"

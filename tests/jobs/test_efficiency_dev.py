@@ -26,7 +26,8 @@ def test_a_finished_jobs_page_shows_its_efficiency(celery_worker, make_project, 
     run_to_the_end(job)
 
     efficiency = token_client(alice).get(f"/api/v1/jobs/{job.pk}/").json()["efficiency"]
-    assert efficiency["cpu_time_s"] >= 1
+    # It burns a CPU for 3 s of wall time; on a loaded machine it gets less than all of it.
+    assert efficiency["cpu_time_s"] > 0.2
     assert 0 < efficiency["cpu_percent"] <= 100
     assert efficiency["mem_peak_bytes"] > 0 and efficiency["mem_allocated_bytes"] > 0
     assert efficiency["time_limit_s"] == 300 and efficiency["elapsed_s"] >= 3
