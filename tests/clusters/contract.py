@@ -241,7 +241,8 @@ BURN = (
 def test_an_ended_jobs_usage_comes_back_from_its_steps(client, job):
     entry = accounted(client, client.submit(job(script=BURN, mem_per_gpu_mb=700)))
     assert entry.state == SlurmJobState.COMPLETED
-    assert entry.cpu_time_s > 0.2  # TotalCPU (3 s of wall time burning; less under load), of the steps (the job's own says 0 in REST)
+    # TotalCPU, of the steps (the job's own says 0 in REST); 3 s of burning, less under load
+    assert entry.cpu_time_s > 0.2
     assert entry.cpu_time_s <= entry.elapsed_s * entry.allocated_cpus + 1
     assert entry.mem_peak_bytes > 0  # MaxRSS, of the steps
     assert entry.mem_allocated_bytes == 700 * 2**20
