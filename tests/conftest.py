@@ -346,13 +346,18 @@ def make_project(dev_cluster):
         SlurmOperator(cluster.name, cluster.command_prefix).account_remove(account)
 
 
-@pytest.fixture
-def workdir(alice):
-    """A fresh directory in alice's home, owned by her; removed afterwards."""
-    entry = pwd.getpwnam("alice")
+def workdir_of(login: str):
+    """A fresh directory in ``login``'s home, owned by them; removed afterwards."""
+    entry = pwd.getpwnam(login)
     path = Path(entry.pw_dir) / "portal-tests" / uuid.uuid4().hex[:8]
     path.mkdir(parents=True)
     for part in (path.parent, path):
         os.chown(part, entry.pw_uid, entry.pw_gid)
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def workdir(alice):
+    """A fresh directory in alice's home, owned by her; removed afterwards."""
+    yield from workdir_of("alice")

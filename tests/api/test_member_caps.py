@@ -2,31 +2,20 @@
 their own cap, use and what is left, and a job over the cap is a 409 with both numbers
 while a teammate's identical job is accepted."""
 
-import os
-import pwd
-import shutil
-import uuid
-from pathlib import Path
-
 import pytest
 
 from accounts.models import MemberCap
 from audit.models import AuditEvent
 from jobs.models import Job
 from tests.api.conftest import error_of
+from tests.conftest import workdir_of
 
 pytestmark = pytest.mark.slurm
 
 
 @pytest.fixture
 def bob_workdir(bob):
-    entry = pwd.getpwnam("bob")
-    path = Path(entry.pw_dir) / "portal-tests" / uuid.uuid4().hex[:8]
-    path.mkdir(parents=True)
-    for part in (path.parent, path):
-        os.chown(part, entry.pw_uid, entry.pw_gid)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    yield from workdir_of("bob")
 
 
 def caps_url(project, member: str = "") -> str:
