@@ -11,17 +11,33 @@ and then counts the first one's hold in the member's use, so two concurrent
 submissions never overspend a cap (as they never overspend the project). Setting a
 cap takes the same row. The reconciler makes Slurm stop the member there too (the member's own
 association's ``GrpTRESMins``: ``accounts.reconcile``).
+
+A member whose charges reach their cap is announced to the project's
+``member.cap_reached`` webhooks once per cap value (``caps_reached_announce``, from the
+notifications' beat run), measured on charges as the allocation's thresholds are:
+charges only grow, holds come and go.
 """
 
+import datetime as dt
 from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef, Q, Sum
+from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from accounts.errors import NotAllowed, Refused
-from accounts.models import Allocation, LedgerEntry, MemberCap, Membership, User
+from accounts.models import (
+    Allocation,
+    CapReached,
+    LedgerEntry,
+    MemberCap,
+    Membership,
+    User,
+    Webhook,
+)
 from accounts.permissions import may_set_caps
+from accounts.webhooks import webhook_event
 from audit.models import AuditEvent
 from audit.services import audit_record
 
@@ -208,17 +224,15 @@ def member_cap_clear(*, actor: User, allocation: Allocation, user: User | None) 
     return True
 
 
-def member_caps_covering(allocation: Allocation) -> dict[str, int]:
-    """GPU-seconds each capped member's cap still covers on the allocation, by POSIX name:
-    the cap less what was charged for their work (what their unfinished jobs hold stays
-    covered, as the project's Slurm limit covers its holds). The reconciler turns it into
-    the member's own association limit; members without a cap or a POSIX name are absent."""
+def _charged_and_caps(allocation: Allocation) -> list[tuple[int, str | None, int, int]]:
+    """(user id, POSIX name, cap, GPU-seconds charged) of every capped member of the
+    allocation's project; three queries."""
     caps = {cap.user_id: cap.gpu_seconds for cap in MemberCap.objects.filter(allocation=allocation)}
     if not caps:
-        return {}
-    members = Membership.objects.filter(
-        project_id=allocation.project_id, user__posix_username__isnull=False
-    ).values_list("user_id", "user__posix_username")
+        return []
+    members = Membership.objects.filter(project_id=allocation.project_id).values_list(
+        "user_id", "user__posix_username"
+    )
     charged = {
         row["user_id"]: -row["spent"]
         for row in LedgerEntry.objects.filter(
@@ -227,12 +241,78 @@ def member_caps_covering(allocation: Allocation) -> dict[str, int]:
         .values("user_id")
         .annotate(spent=Sum("gpu_seconds"))
     }
-    covering: dict[str, int] = {}
-    for user_id, posix in members:
-        cap = caps.get(user_id, caps.get(None))
-        if cap is not None and posix is not None:
-            covering[posix] = max(cap - charged.get(user_id, 0), 0)
-    return covering
+    return [
+        (user_id, posix, cap, charged.get(user_id, 0))
+        for user_id, posix in members
+        if (cap := caps.get(user_id, caps.get(None))) is not None
+    ]
+
+
+def member_caps_covering(allocation: Allocation) -> dict[str, int]:
+    """GPU-seconds each capped member's cap still covers on the allocation, by POSIX name:
+    the cap less what was charged for their work (what their unfinished jobs hold stays
+    covered, as the project's Slurm limit covers its holds). The reconciler turns it into
+    the member's own association limit; members without a cap or a POSIX name are absent."""
+    return {
+        posix: max(cap - charged, 0)
+        for _user_id, posix, cap, charged in _charged_and_caps(allocation)
+        if posix is not None
+    }
+
+
+def caps_reached_announce(*, now: dt.datetime | None = None) -> int:
+    """Tell the projects' ``member.cap_reached`` hooks of every member whose charges on an
+    active allocation reached their cap (a cap above zero) since it was set; once per
+    member, allocation and cap value, recorded with the deliveries in one transaction so
+    two runs never announce one twice. How many were announced."""
+    now = now or timezone.now()
+    allocations = (
+        Allocation.objects.filter(state=Allocation.State.ACTIVE, caps__isnull=False)
+        .distinct()
+        .select_related("project", "cluster")
+    )
+    announced = 0
+    for allocation in allocations:
+        told = set(
+            CapReached.objects.filter(allocation=allocation).values_list(
+                "user_id", "cap_gpu_seconds"
+            )
+        )
+        for user_id, _posix, cap, charged in _charged_and_caps(allocation):
+            if cap == 0 or charged < cap or (user_id, cap) in told:
+                continue
+            try:
+                with transaction.atomic():
+                    CapReached.objects.create(
+                        allocation=allocation, user_id=user_id, cap_gpu_seconds=cap, reached_at=now
+                    )
+                    _tell_cap_reached(allocation, user_id, cap, charged)
+            except IntegrityError:
+                continue  # another run announced it a moment ago
+            announced += 1
+    return announced
+
+
+def _tell_cap_reached(allocation: Allocation, user_id: int, cap: int, charged: int) -> None:
+    member = User.objects.get(pk=user_id)
+    project = allocation.project
+    webhook_event(
+        Webhook.Event.MEMBER_CAP_REACHED,
+        project=project.pk,
+        payload={
+            "project": project.slug,
+            "cluster": str(allocation.cluster),
+            "allocation": allocation.pk,
+            "member": member.get_username(),
+            "cap_gpu_hours": round(cap / 3600, 3),
+            "used_gpu_hours": round(charged / 3600, 3),
+        },
+        text=(
+            f"{project.name} ({project.slug}): {member.get_username()} has used "
+            f"{charged / 3600:,.1f} of their {cap / 3600:,.1f}-GPU-hour cap on "
+            f"{allocation.cluster}; their new jobs are refused until the cap is raised."
+        ),
+    )
 
 
 def member_remaining_gpu_seconds(allocation: Allocation, user: User) -> int | None:

@@ -625,3 +625,27 @@ class MemberCap(models.Model):
     @property
     def gpu_hours(self) -> float:
         return self.gpu_seconds / 3600
+
+
+class CapReached(models.Model):
+    """A member's charges reaching their cap on an allocation, announced once per cap
+    value (to the project's ``member.cap_reached`` webhooks): a cap raised and reached
+    again is news again (accounts.caps.caps_reached_announce)."""
+
+    allocation = models.ForeignKey(
+        Allocation, on_delete=models.CASCADE, related_name="caps_reached"
+    )
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="+")
+    cap_gpu_seconds = models.BigIntegerField()
+    reached_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-reached_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["allocation", "user", "cap_gpu_seconds"], name="cap_reached_once_per_cap"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} reached {self.cap_gpu_seconds / 3600:g} GPU-h of {self.allocation}"

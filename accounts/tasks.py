@@ -3,6 +3,7 @@ import logging
 from celery import shared_task
 
 from accounts.adoption import account_listing_refresh
+from accounts.caps import caps_reached_announce
 from accounts.directory import DirectoryUnavailable
 from accounts.directory_sync import directory_sync
 from accounts.ledger import allocations_expire_due
@@ -52,6 +53,9 @@ def notifications_send_task() -> None:
     sent = notifications_send()
     if sent:
         logger.info("sent %d notification mail(s)", sent)
+    reached = caps_reached_announce()
+    if reached:
+        logger.info("announced %d member(s) reaching their cap", reached)
 
 
 @shared_task

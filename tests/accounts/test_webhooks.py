@@ -443,6 +443,38 @@ def test_an_allocation_notice_reaches_the_project_hooks_once(project, cluster, a
     assert delivery.event == "allocation.usage_80" and delivery.payload["project"] == "vision"
 
 
+def test_a_member_reaching_their_cap_is_announced_once_per_cap_to_the_project_hooks(
+    project, alice, bob, receiver
+):
+    from accounts.caps import caps_reached_announce, member_cap_set
+    from accounts.ledger import ledger_charge
+
+    membership_set(project=project, user=bob, role="member")
+    hook, _ = webhook_create(
+        actor=alice, project=project, url=receiver.url, events=["member.cap_reached"]
+    )
+    allocation = project.allocations.get()
+    member_cap_set(actor=alice, allocation=allocation, user=bob, gpu_hours=2)
+    member_cap_set(actor=alice, allocation=allocation, user=None, gpu_hours=0)  # alice: 0
+    ledger_charge(allocation=allocation, reference="r:1", gpu_seconds=3600, user=bob)
+    assert caps_reached_announce() == 0  # half of bob's cap; alice's cap of 0 is no news
+
+    ledger_charge(allocation=allocation, reference="r:2", gpu_seconds=3600, user=bob)
+    assert caps_reached_announce() == 1
+    assert caps_reached_announce() == 0  # once
+    member_cap_set(actor=alice, allocation=allocation, user=bob, gpu_hours=3)
+    ledger_charge(allocation=allocation, reference="r:3", gpu_seconds=3600, user=bob)
+    assert caps_reached_announce() == 1  # a raised cap reached again is news again
+
+    deliveries = list(hook.deliveries.order_by("pk"))
+    assert [(d.event, d.payload["member"], d.payload["cap_gpu_hours"]) for d in deliveries] == [
+        ("member.cap_reached", "bob", 2.0),
+        ("member.cap_reached", "bob", 3.0),
+    ]
+    assert deliveries[1].payload["used_gpu_hours"] == 3.0
+    assert "bob has used 3.0 of their 3.0-GPU-hour cap" in deliveries[1].text
+
+
 def test_a_try_whose_worker_died_counts_and_the_last_one_gives_up(alice, receiver, settings):
     settings.WEBHOOK_MAX_ATTEMPTS = 2
     webhook_create(actor=alice, url=receiver.url, events=["job.ended"])
