@@ -176,7 +176,8 @@ def project_caps(request: HttpRequest, slug: str) -> HttpResponse:
         standings = allocation_standings(allocation)
         if not leads:
             standings = [s for s in standings if s.user.pk == user.pk]
-        default = next((s.cap for s in standings if s.cap and s.cap.user_id is None), None)
+        # Read on its own: when every member has their own cap, no standing shows it.
+        default = allocation.caps.filter(user__isnull=True).first()
         views.append({"allocation": allocation, "standings": standings, "default": default})
     context = {"project": project, "leads": leads, "views": views, "form": form}
     return render(request, "accounts/caps.html", context, status=400 if form.errors else 200)

@@ -74,3 +74,15 @@ def test_an_outsider_gets_a_404(client, charlie, project):
     client.force_login(charlie)
     assert client.get(url(project)).status_code == 404
     assert client.post(url(project), {"lift": "*"}).status_code == 404
+
+
+def test_the_default_is_shown_when_every_member_has_their_own_cap(client, alice, bob, project):
+    client.force_login(alice)
+    allocation = project.allocations.get()
+    for member, hours in (("*", "7"), ("alice", "30"), ("bob", "20")):
+        client.post(
+            url(project), {"allocation": allocation.pk, "member": member, "gpu_hours": hours}
+        )
+    page = client.get(url(project)).content.decode()
+    assert "(default)" not in page  # nobody is under it, yet it is there to lift
+    assert "Default for every member: 7 GPU-h" in " ".join(page.split())
