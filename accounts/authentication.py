@@ -11,6 +11,7 @@ from rest_framework.throttling import SimpleRateThrottle
 
 from accounts.models import PersonalAccessToken, User
 from accounts.tokens import TokenRefused, token_authenticate
+from audit.log_context import log_context_bind
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +40,8 @@ class BearerTokenAuthentication(BaseAuthentication):
             token = token_authenticate(plain)
         except TokenRefused as refusal:
             raise exceptions.AuthenticationFailed(str(refusal)) from None
+        # For the rest of the request's log lines (portal/logs.py clears them after it).
+        log_context_bind(user=token.user.get_username())
         return token.user, token
 
     def authenticate_header(self, request: Request) -> str:

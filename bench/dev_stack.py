@@ -51,3 +51,17 @@ def no_job_starts(partition: str) -> Iterator[None]:
         yield
     finally:
         slurm("scontrol", "update", f"nodename={nodes}", "state=resume")
+
+
+@contextmanager
+def account_jobs_wait(account: str) -> Iterator[None]:
+    """The account's jobs wait in the queue (``GrpJobs=0``: reason AssocGrpJobsLimit) and
+    none starts, as with ``no_job_starts`` but touching nobody else's jobs: for a machine
+    whose cluster others' tests use meanwhile."""
+    from tests.slurm_accounts import DEV  # after django.setup(): under the reconciler's lock
+
+    DEV.sacctmgr_change("modify", "account", account, "set", "GrpJobs=0", check=True)
+    try:
+        yield
+    finally:
+        DEV.sacctmgr_change("modify", "account", account, "set", "GrpJobs=-1")

@@ -56,6 +56,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -94,6 +95,7 @@ from jobs.states import JobState  # noqa: E402
 from jobs.submission import submit_request_for  # noqa: E402
 from portal.celery import app  # noqa: E402
 from tests.conftest import DEV_CLUSTER, running_worker  # noqa: E402
+from tests.slurm_accounts import DEV  # noqa: E402
 
 USER, PARTITION = "alice", "debug"
 TARGET_RATIO = 0.7
@@ -256,7 +258,15 @@ def main() -> None:
     )
     args = parser.parse_args()
     wait_for_stack(timeout_s=600)
+    with account_and_workdir() as (account, workdir):
+        own_database.fresh(BENCH_DATABASE, lambda: run(args, account, workdir))
 
+
+@contextlib.contextmanager
+def account_and_workdir() -> Iterator[tuple[str, Path]]:
+    """A unique Slurm account name and a fresh directory in alice's home; afterwards the
+    account's jobs are cancelled, the account is deleted from Slurm and the directory
+    removed."""
     account = f"b{uuid.uuid4().hex[:10]}"
     entry = pwd.getpwnam(USER)
     workdir = Path(entry.pw_dir) / "portal-bench" / uuid.uuid4().hex[:8]
@@ -264,22 +274,21 @@ def main() -> None:
     for part in (workdir.parent, workdir):
         os.chown(part, entry.pw_uid, entry.pw_gid)
     try:
-        own_database.fresh(BENCH_DATABASE, lambda: run(args, account, workdir))
+        yield account, workdir
     finally:
         clear(account, timeout_s=30)
-        deleted = slurm("sacctmgr", "-i", "delete", "account", account)
-        if deleted.returncode != 0:
-            print(f"sacctmgr delete account {account}: {deleted.stderr.strip()}", file=sys.stderr)
+        # Under the reconciler's lock: tests changing accounts meanwhile lose no rows.
+        DEV.account_remove(account)
         shutil.rmtree(workdir, ignore_errors=True)
         with contextlib.suppress(OSError):  # another run's directory may still be in it
             workdir.parent.rmdir()
 
 
-def max_submit_jobs(args: argparse.Namespace) -> int:
-    """MaxSubmitJobs with room for every job the bench queues: Slurm's queue is cleared
-    between the runs, but with no beat syncing it the portal still counts each run's jobs
-    as unfinished, and it refuses a job that would pass the limit."""
-    return max(settings.SLURM_MAX_SUBMIT_JOBS, args.warmup + 2 * args.jobs)
+def max_submit_jobs(queued: int) -> int:
+    """MaxSubmitJobs with room for the ``queued`` jobs the bench makes: Slurm's queue is
+    cleared between the runs, but with no beat syncing it the portal still counts each
+    run's jobs as unfinished, and it refuses a job that would pass the limit."""
+    return max(settings.SLURM_MAX_SUBMIT_JOBS, queued)
 
 
 def setup(account: str, *, max_jobs: int) -> tuple[Cluster, User]:
@@ -306,10 +315,9 @@ def setup(account: str, *, max_jobs: int) -> tuple[Cluster, User]:
     return cluster, user
 
 
-def run(args: argparse.Namespace, account: str, workdir: Path) -> None:
-    max_jobs = max_submit_jobs(args)
-    _, user = setup(account, max_jobs=max_jobs)
-    request = JobRequest(
+def job_request(account: str, workdir: Path) -> JobRequest:
+    """The bench's tiny job: `true`, no GPU, the debug partition."""
+    return JobRequest(
         project=account,
         partition=PARTITION,
         name="bench",
@@ -318,6 +326,16 @@ def run(args: argparse.Namespace, account: str, workdir: Path) -> None:
         working_directory=str(workdir),
         script="true\n",
     )
+
+
+def api_body(request: JobRequest) -> dict:
+    return {k: v for k, v in dataclasses.asdict(request).items() if v is not None}
+
+
+def run(args: argparse.Namespace, account: str, workdir: Path) -> None:
+    max_jobs = max_submit_jobs(args.warmup + 2 * args.jobs)
+    _, user = setup(account, max_jobs=max_jobs)
+    request = job_request(account, workdir)
     # What the worker submits for such a job (the same rendered script and arguments).
     sbatch_request = submit_request_for(
         job_prepare(user=user, request=request, submit_token=str(uuid.uuid4()))
@@ -328,7 +346,7 @@ def run(args: argparse.Namespace, account: str, workdir: Path) -> None:
         raw_before_s, raw_before, raw_cpu = raw_run(sbatch_request, args.jobs)
         clear(account)
 
-        body = {k: v for k, v in dataclasses.asdict(request).items() if v is not None}
+        body = api_body(request)
         _, token = token_create(user=user, name="bench")
         with (
             running_worker() as (queue, hostname, worker),

@@ -20,6 +20,7 @@ from accounts.errors import NoActiveAllocation, NotAllowed, QuotaExceeded
 from accounts.models import Project, User
 from accounts.permissions import is_allocation_manager, is_lead
 from accounts.selectors import active_allocation
+from audit.log_context import log_context_bound
 from audit.models import AuditEvent
 from audit.services import audit_record
 from clusters.selectors import cluster_status
@@ -145,6 +146,11 @@ def job_create_or_find(
         if idempotency_key and (found := _by_idempotency_key(user, idempotency_key)):
             return found, True
         raise
+    with log_context_bound(job_id=job.pk):
+        logger.info(
+            "job %s saved: %s on %s, %.2f GPU-hours held",
+            job.pk, prepared.project.slug, prepared.cluster.name, job.requested_gpu_hours,
+        )  # fmt: skip
     remember_related(
         job,
         events=[created],
@@ -308,7 +314,8 @@ def job_act(*, user: User, job: Job, action: str) -> Job:
     """Cancel, hold or release by the action's name (the pages' and the API's paths);
     KeyError for any other name."""
     service = {CANCEL.name: job_cancel, HOLD.name: job_hold, RELEASE.name: job_release}[action]
-    return service(user=user, job=job)
+    with log_context_bound(job_id=job.pk):
+        return service(user=user, job=job)
 
 
 def job_template_create(

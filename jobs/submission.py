@@ -284,6 +284,7 @@ def _record_submitted(job: Job, slurm_job_id: int, *, rendered_script: str) -> J
             JobEvent.objects.create(
                 job=job, at=now, state=JobState.PENDING, detail=f"Slurm job {slurm_job_id}"
             )
+    logger.info("job %s submitted: Slurm job %s on %s", job.pk, slurm_job_id, job.cluster.name)
     if plain:
         for name, value in recorded.items():
             setattr(job, name, value)

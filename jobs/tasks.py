@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.utils import translation
 
+from audit.log_context import log_context_bound
 from clusters.models import Cluster
 from clusters.selectors import clusters_enabled
 from clusters.slurm import SlurmUnavailable
@@ -43,15 +44,17 @@ logger = logging.getLogger(__name__)
 def job_submit_task(self, job_id: int) -> None:
     # After the last retry the job stays `submitting` with the reason on it; the
     # sweeper enqueues it again, so it is submitted once Slurm answers.
-    try:
-        job_submit(job_id=job_id)
-    except ClaimedElsewhere as claimed:
-        raise self.retry(countdown=claimed.retry_in_s, max_retries=5) from None
+    with log_context_bound(job_id=job_id):
+        try:
+            job_submit(job_id=job_id)
+        except ClaimedElsewhere as claimed:
+            raise self.retry(countdown=claimed.retry_in_s, max_retries=5) from None
 
 
 @shared_task(autoretry_for=(SlurmUnavailable,), retry_backoff=2, max_retries=10)
 def job_control_task(job_id: int, action: str) -> None:
-    job_control(job_id=job_id, action=action)
+    with log_context_bound(job_id=job_id):
+        job_control(job_id=job_id, action=action)
 
 
 @shared_task

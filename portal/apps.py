@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.core.signals import request_finished
 
 
 class PortalConfig(AppConfig):
@@ -7,3 +8,6 @@ class PortalConfig(AppConfig):
 
     def ready(self) -> None:
         from portal import checks  # noqa: F401 - registers the system checks
+        from portal.logs import request_context_clear
+
+        request_finished.connect(request_context_clear, dispatch_uid="portal.logs")

@@ -3,7 +3,9 @@
 import os
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun
+from celery.signals import before_task_publish, setup_logging, task_postrun, task_prerun
+
+from portal import logs
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -20,3 +22,10 @@ def _close_old_connections(**kwargs) -> None:
     from django.db import close_old_connections
 
     close_old_connections()
+
+
+# The log format, and the request id carried from the web request into its tasks.
+setup_logging.connect(logs.celery_logging_setup)
+before_task_publish.connect(logs.request_id_to_task)
+task_prerun.connect(logs.task_context_bind)
+task_postrun.connect(logs.task_context_reset)

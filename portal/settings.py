@@ -124,6 +124,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so every other middleware's log lines carry the request id too.
+    "portal.logs.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Before whitenoise, so static files carry the CSP and CORP too.
     "portal.security.SecurityHeadersMiddleware",
@@ -620,12 +622,28 @@ SLURM_BIN_DIR = env_str("PORTAL_SLURM_BIN_DIR", "")
 # slurmctld from outside the portal; the portal refuses an array over it up front.
 SLURM_MAX_SUBMIT_JOBS = env_int("PORTAL_SLURM_MAX_SUBMIT_JOBS", 1000, minimum=1)
 
+LOG_FORMAT = env_str("PORTAL_LOG_FORMAT", "plain")
+if LOG_FORMAT not in {"plain", "json"}:
+    raise ImproperlyConfigured(f"PORTAL_LOG_FORMAT={LOG_FORMAT!r} must be 'plain' or 'json'.")
+# Web, worker and beat alike (portal/logs.py): one record a line.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {
+            "()": "portal.logs.PlainFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        },
+        "json": {"()": "portal.logs.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": env_str("PORTAL_LOG_LEVEL", "INFO")},
-    # One line per slurmrestd request is noise; errors surface as SlurmError.
-    "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
+    "loggers": {
+        # Without Django's own handlers (its console one prints bare messages in debug
+        # mode): its records reach the root's handler once, in the portal's format.
+        "django": {"handlers": [], "level": "NOTSET"},
+        # One line per slurmrestd request is noise; errors surface as SlurmError.
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
+    },
 }

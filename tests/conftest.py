@@ -253,10 +253,11 @@ FAST_BEAT_ENV = {
 
 
 @contextmanager
-def running_worker(*, beat: bool = False, **extra_env: str):
+def running_worker(*, beat: bool = False, concurrency: int = 2, **extra_env: str):
     """A real Celery worker process on the test database; yields (queue, hostname, process).
 
-    It takes tasks from a queue of its own, and while it runs the test process
+    It runs ``concurrency`` worker processes (the bench of scale-out varies them) and
+    takes tasks from a queue of its own; while it runs the test process
     enqueues there too (e.g. a job's submission on commit); tests that need it
     commit their data (``transactional_db``). ``extra_env`` configures it. With
     ``beat`` the worker runs beat too (``FAST_BEAT_ENV`` unless ``extra_env`` says
@@ -281,7 +282,8 @@ def running_worker(*, beat: bool = False, **extra_env: str):
         **extra_env,
     }
     command = [sys.executable, "-m", "celery", "-A", "portal", "worker", "--queues", queue,
-               "--hostname", hostname, "--concurrency", "2", "--loglevel", "INFO"]  # fmt: skip
+               "--hostname", hostname, "--concurrency", str(concurrency),
+               "--loglevel", "INFO"]  # fmt: skip
     schedule_dir = Path(tempfile.mkdtemp(prefix="beat-")) if beat else None
     if schedule_dir:
         # A fresh schedule each time: a stale one would carry another run's last-run times.

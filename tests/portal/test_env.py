@@ -86,6 +86,7 @@ def test_a_database_password_is_not_echoed_in_errors(monkeypatch):
         ("PORTAL_TASK_TIME_LIMIT_S", "soon"),
         ("PORTAL_DEBUG", "perhaps"),
         ("PORTAL_ENV", "staging"),
+        ("PORTAL_LOG_FORMAT", "xml"),
     ],
 )
 def test_the_portal_refuses_to_start_with_a_malformed_setting(variable, value):
