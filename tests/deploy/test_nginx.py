@@ -45,4 +45,3 @@ def test_static_files_carry_the_portals_own_security_headers():
         # Once in /static/ and once in its hashed names' location, which repeats them all
         # (a location with an add_header of its own inherits none).
         assert site.count(f"add_header {header} ") == 2, header
-
