@@ -190,7 +190,9 @@ def test_the_portal_behind_nginx_with_tls(behind_nginx, browser, make_project, a
 
     # A static file comes from nginx itself (no upstream in its log line), with the
     # portal's own headers.
-    stylesheet = re.search(r'href="(/static/[^"]+\.css)"', login.text)[1]
+    linked = re.search(r'href="(/static/[^"]+\.css)"', login.text)
+    assert linked, login.text
+    stylesheet = linked[1]
     static = tls.get(stylesheet)
     assert static.status_code == 200 and "text/css" in static.headers["content-type"]
     assert static.headers["strict-transport-security"] == HSTS

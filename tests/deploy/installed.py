@@ -94,9 +94,8 @@ def environment_file_with(overrides: dict[str, str], *, extra: dict[str, str]) -
     template sets) and ``extra`` variables after it."""
     text = ENV_TEMPLATE.read_text()
     for name, value in overrides.items():
-        text, count = re.subn(
-            rf"^{name}=.*$", lambda _, n=name, v=value: f'{n}="{v}"', text, flags=re.M
-        )
+        line = f'{name}="{value}"'
+        text, count = re.subn(rf"^{name}=.*$", lambda _: line, text, flags=re.M)  # noqa: B023
         assert count == 1, f"the environment file template does not set {name}"
     return text + "".join(f'{name}="{value}"\n' for name, value in extra.items())
 
