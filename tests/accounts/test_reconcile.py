@@ -1,12 +1,14 @@
 """The reconciler makes Slurm follow the portal on the live dev cluster."""
 
 import datetime as dt
+import io
 import subprocess
 import threading
 import uuid
 from decimal import Decimal
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.test import override_settings
 from django.utils import timezone
 
@@ -311,6 +313,10 @@ def test_the_beat_task_leaves_a_cluster_to_a_run_under_way_on_another_host(proje
     try:
         assert under_way.wait(timeout=10)
         reconcile_task()
+        assert not ReconcileReport.objects.filter(cluster=dev_cluster).exists()
+        with pytest.raises(CommandError):  # nor does an operator's run by hand
+            call_command("reconcile_slurm", stderr=(said := io.StringIO()))
+        assert f"{dev_cluster.name}: another reconcile run is under way" in said.getvalue()
         assert not ReconcileReport.objects.filter(cluster=dev_cluster).exists()
     finally:
         over.set()
