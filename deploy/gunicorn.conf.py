@@ -25,6 +25,9 @@ max_requests_jitter = 200
 limit_request_line = 8190
 limit_request_fields = 100
 proc_name = "slurm-gpu-portal-web"
+# systemd manages the processes (reload: HUP); no control socket, whose default place is
+# the user's home, which the unit keeps closed (an older gunicorn ignores the name).
+control_socket_disable = True
 # Both logs to the journal (standard output and error).
 accesslog = "-"
 errorlog = "-"
