@@ -11,6 +11,7 @@ from accounts.notifications import notifications_send
 from accounts.posix import posix_login_survey
 from accounts.reconcile import reconcile
 from accounts.webhooks import webhook_deliver, webhook_deliveries_due
+from clusters.locks import one_run_per_cluster
 from clusters.selectors import clusters_enabled
 from clusters.workers import reply
 
@@ -20,7 +21,13 @@ logger = logging.getLogger(__name__)
 @shared_task
 def reconcile_task() -> None:
     for cluster in clusters_enabled():
-        report = reconcile(cluster=cluster)
+        # Beat's run and a console's "reconcile now" may reach workers on two hosts,
+        # whose association lock files (clusters/locks.py) do not see each other.
+        with one_run_per_cluster("reconcile", cluster.id) as acquired:
+            if not acquired:
+                logger.info("reconcile %s: another run is under way", cluster.name)
+                continue
+            report = reconcile(cluster=cluster)
         for action in report.actions:
             logger.info("reconcile %s: %s", cluster.name, action)
         for warning in report.warnings:

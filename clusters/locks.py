@@ -1,11 +1,18 @@
-"""One writer at a time for a cluster's Slurm accounts and associations.
+"""One at a time, per cluster: runs of the periodic work, and writers of Slurm's associations.
 
-slurmdbd keeps associations as a nested set and does not serialise changes from
-two clients: an account added while another client deleted one was seen to keep
-its association and lose its account row, after which no user could be added to
-it and it could not be deleted. The portal's own writer (the reconciler) holds
-this lock while it changes a cluster; a lock file under ``LOCK_DIR`` covers every
-process on the workers' host, which is where the reconciler runs.
+``one_run_per_cluster``: a queue sync, an accounting ingest or a reconcile run of a
+cluster runs once at a time across every worker on every host (a PostgreSQL advisory
+lock: the database is the one thing all of them share); a run that finds another under
+way leaves the work to it.
+
+``association_changes``: slurmdbd keeps associations as a nested set and does not
+serialise changes from two clients: an account added while another client deleted one
+was seen to keep its association and lose its account row, after which no user could
+be added to it and it could not be deleted. The portal's own writer (the reconciler)
+holds this lock while it changes a cluster; a lock file under ``LOCK_DIR`` covers every
+process on a workers' host (and the tests' own ``sacctmgr`` changes, whose processes
+each have a database of their own). Across hosts, the reconcile task's
+``one_run_per_cluster`` keeps a second run of a cluster from starting anywhere.
 """
 
 import fcntl
@@ -14,6 +21,34 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from django.conf import settings
+from django.db import DatabaseError, connection
+
+# Keys of the advisory locks (the second half of each key is the cluster's id).
+_RUNS = {"queue-sync": 0x5147_0001, "accounting": 0x5147_0002, "reconcile": 0x5147_0003}
+
+
+@contextmanager
+def one_run_per_cluster(name: str, cluster_id: int) -> Iterator[bool]:
+    """Whether this is the one ``name`` run of the cluster under way (False: another
+    worker, on this host or another, has one): a slow Slurm must not pile runs up.
+
+    A session advisory lock, not a cache key with a timeout: it goes with the worker's
+    connection, so a worker killed mid-run (SIGKILL, OOM) does not stop every later run
+    until the key expires."""
+    key = [_RUNS[name], cluster_id]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", key)
+        acquired = cursor.fetchone()[0]
+    try:
+        yield acquired
+    finally:
+        if acquired:
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_unlock(%s, %s)", key)
+            except DatabaseError:
+                # The connection broke (PostgreSQL restarted): the lock went with it.
+                connection.close()
 
 
 class LockTimeout(Exception):

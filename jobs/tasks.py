@@ -2,15 +2,13 @@
 
 import dataclasses
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from celery import shared_task
 from django.conf import settings
-from django.db import DatabaseError, connection
 from django.utils import translation
 
 from audit.log_context import log_context_bound
+from clusters.locks import one_run_per_cluster
 from clusters.models import Cluster
 from clusters.selectors import clusters_enabled
 from clusters.slurm import SlurmUnavailable
@@ -66,38 +64,10 @@ def submissions_sweep_task() -> None:
         logger.info("re-enqueued %d jobs waiting to be submitted", len(stuck))
 
 
-# Keys of the PostgreSQL advisory locks that keep one run per cluster (the second
-# half of each key is the cluster's id).
-_LOCKS = {"queue-sync": 0x5147_0001, "accounting": 0x5147_0002}
-
-
-@contextmanager
-def _only_one(name: str, cluster_id: int) -> Iterator[bool]:
-    """One run at a time per cluster: a slow Slurm must not pile syncs on each other.
-
-    A session advisory lock, not a cache key with a timeout: it goes with the worker's
-    connection, so a worker killed mid-run (SIGKILL, OOM) does not stop every later run
-    until the key expires."""
-    key = [_LOCKS[name], cluster_id]
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", key)
-        acquired = cursor.fetchone()[0]
-    try:
-        yield acquired
-    finally:
-        if acquired:
-            try:
-                with connection.cursor() as cursor:
-                    cursor.execute("SELECT pg_advisory_unlock(%s, %s)", key)
-            except DatabaseError:
-                # The connection broke (PostgreSQL restarted): the lock went with it.
-                connection.close()
-
-
 @shared_task(soft_time_limit=60)
 def queue_sync_task(cluster_id: int) -> None:
     cluster = Cluster.objects.get(pk=cluster_id)
-    with _only_one("queue-sync", cluster_id) as acquired:
+    with one_run_per_cluster("queue-sync", cluster_id) as acquired:
         if not acquired:
             return
         try:
@@ -119,7 +89,7 @@ def queue_sync_all_task() -> None:
 @shared_task(soft_time_limit=240)
 def accounting_ingest_task(cluster_id: int) -> None:
     cluster = Cluster.objects.get(pk=cluster_id)
-    with _only_one("accounting", cluster_id) as acquired:
+    with one_run_per_cluster("accounting", cluster_id) as acquired:
         if not acquired:
             return
         try:

@@ -1,11 +1,14 @@
 """The reconciler makes Slurm follow the portal on the live dev cluster."""
 
 import datetime as dt
+import io
 import subprocess
+import threading
 import uuid
 from decimal import Decimal
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.test import override_settings
 from django.utils import timezone
 
@@ -280,6 +283,48 @@ def test_the_beat_task_keeps_each_clusters_last_report_with_its_time(project, de
     again = ReconcileReport.objects.get(cluster=dev_cluster)
     assert again.ran_at > first.ran_at
     assert [a for a in again.actions if a["account"] == account] == []
+
+
+@pytest.mark.slurm
+def test_the_beat_task_leaves_a_cluster_to_a_run_under_way_on_another_host(project, dev_cluster):
+    """Another worker reconciling the cluster (here a thread with a database connection of
+    its own, as a worker on another host has): this run leaves the cluster alone rather
+    than change Slurm's associations beside it; once that run is over, the next one
+    reconciles."""
+    from django.db import connection
+
+    from accounts.models import ReconcileReport
+    from accounts.tasks import reconcile_task
+    from clusters.locks import one_run_per_cluster
+
+    under_way, over = threading.Event(), threading.Event()
+
+    def other_worker() -> None:
+        try:
+            with one_run_per_cluster("reconcile", dev_cluster.id) as acquired:
+                if acquired:
+                    under_way.set()
+                    over.wait(timeout=30)
+        finally:
+            connection.close()
+
+    other = threading.Thread(target=other_worker)
+    other.start()
+    try:
+        assert under_way.wait(timeout=10)
+        reconcile_task()
+        assert not ReconcileReport.objects.filter(cluster=dev_cluster).exists()
+        with pytest.raises(CommandError):  # nor does an operator's run by hand
+            call_command("reconcile_slurm", stderr=(said := io.StringIO()))
+        assert f"{dev_cluster.name}: another reconcile run is under way" in said.getvalue()
+        assert not ReconcileReport.objects.filter(cluster=dev_cluster).exists()
+    finally:
+        over.set()
+        other.join(timeout=30)
+    reconcile_task()
+    account = project.slurm_account
+    report = ReconcileReport.objects.get(cluster=dev_cluster)
+    assert {"account": account, "change": f"{account}: add account"} in report.actions
 
 
 # A project without an active allocation: new work blocked, running work goes on.

@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from accounts.reconcile import reconcile
+from clusters.locks import one_run_per_cluster
 from clusters.selectors import clusters_enabled
 
 
@@ -22,7 +23,13 @@ class Command(BaseCommand):
                 raise CommandError(f"No enabled cluster is named {cluster!r}.")
         failed = False
         for each in clusters:
-            report = reconcile(cluster=each, dry_run=dry_run)
+            # One run of a cluster at a time, whichever host it is on (beat's task too).
+            with one_run_per_cluster("reconcile", each.id) as alone:
+                if not (alone or dry_run):
+                    failed = True
+                    self.stderr.write(f"{each.name}: another reconcile run is under way")
+                    continue
+                report = reconcile(cluster=each, dry_run=dry_run)
             verb = "would change" if dry_run else "changed"
             self.stdout.write(f"{each.name}: {verb} {len(report.actions)} thing(s)")
             for action in report.actions:
@@ -33,4 +40,4 @@ class Command(BaseCommand):
                 failed = True
                 self.stderr.write(f"  error: {error}")
         if failed:
-            raise CommandError("Slurm did not answer for some projects; the next run retries.")
+            raise CommandError("Some changes were not made (see above); the next run makes them.")

@@ -1,0 +1,43 @@
+"""Gunicorn's configuration for the portal's web tier (deploy/systemd/slurm-gpu-portal-web.service).
+
+gunicorn runs it from the portal's directory with the unit's environment file, so the
+values come from there, read by the portal's own typed helpers (a malformed value stops
+gunicorn with a message naming the variable). nginx (deploy/nginx/slurm-gpu-portal.conf)
+terminates TLS in front and sets the headers the settings trust.
+"""
+
+from portal.env import env_int, env_list
+
+# Where nginx reaches the web tier: a loopback port, or this host's private address when
+# nginx runs elsewhere (README "Scale-out"). Comma-separated for several.
+bind = env_list("PORTAL_WEB_BIND", ["127.0.0.1:8000"])
+# Synchronous workers: a request that waits (an estimate's start, a job's output: a few
+# seconds at most) holds one. Two to four per core.
+workers = env_int("PORTAL_WEB_WORKERS", 4, minimum=1)
+# A worker silent for this long is killed and replaced; nginx's proxy_read_timeout
+# matches it, so nginx does not give up first.
+timeout = env_int("PORTAL_WEB_TIMEOUT_S", 60, minimum=10)
+graceful_timeout = 30
+# Recycle workers now and then, staggered, so none grows without bound.
+max_requests = 2000
+max_requests_jitter = 200
+# Requests come from nginx on a trusted address; bounded request lines and headers.
+limit_request_line = 8190
+limit_request_fields = 100
+proc_name = "slurm-gpu-portal-web"
+# systemd manages the processes (reload: HUP); no control socket, whose default place is
+# the user's home, which the unit keeps closed (an older gunicorn ignores the name).
+control_socket_disable = True
+# Both logs to the journal (standard output and error).
+accesslog = "-"
+errorlog = "-"
+
+
+def child_exit(server, worker):
+    """A web worker has exited: its share of the portal's metrics stops counting as a
+    live process (Prometheus multiprocess mode keeps one file per process)."""
+    try:
+        from portal.metrics import mark_process_dead
+    except ImportError:  # a portal without metrics
+        return
+    mark_process_dead(worker.pid)
