@@ -183,8 +183,10 @@ def test_the_portal_behind_nginx_with_tls(behind_nginx, browser, make_project, a
 
     # HTTPS with the site's certificate: HSTS, and the CSRF cookie is Secure.
     tls = httpx.Client(base_url=served.url, verify=ssl.create_default_context(cafile=served.cert))
-    login = tls.get("/login/")
+    login = tls.get("/login/", headers={"X-Request-ID": "chosen-by-the-client"})
     assert login.status_code == 200
+    # nginx's own request id replaced the client's, and the portal logged under it.
+    assert re.fullmatch(r"[0-9a-f]{32}", login.headers["x-request-id"])
     assert login.headers["strict-transport-security"] == HSTS
     assert "secure" in login.headers["set-cookie"].lower()
 
