@@ -20,6 +20,9 @@ from a login node must not make the check fail at will. A token copied onto
 someone else's job or onto a job on another cluster than its own (``forged-token``),
 or a token of no portal job (``unknown-token``), is listed with who ran it; the
 ingest charged that work to the account it ran under, as any work outside the portal.
+After the database is restored from a dump, the portal's own jobs saved after the dump
+are listed so (``tests/faults/test_restore.py``): their rows are gone, their work is
+charged on their owners' names.
 
 Stuck GPUs are warnings too (``stuck-gpus``): GPUs Slurm counts as allocated on a node
 that no job in its queue holds there (``clusters.status.stuck_gpus``), read twice a
@@ -283,7 +286,9 @@ def _check_tokens(
             findings.warnings.append(
                 Violation(
                     "unknown-token",
-                    f"Slurm job {listed} of {_who(entries)} carries token {token} of no job",
+                    f"Slurm job {listed} of {_who(entries)} carries token {token} of no job "
+                    "(made up, or of a job saved after the point the database was restored "
+                    "to); charged as work outside the portal",
                 )
             )
             continue

@@ -149,11 +149,17 @@ def job_output(
     )
 
 
-def jobs_to_sweep(*, older_than_s: int = 15, limit: int = 500) -> list[int]:
+# How long a job is left in ``new`` (or in a lapsed ``submitting``) before the sweeper
+# enqueues it again. A first attempt on a job left ``new`` this long looks its token up
+# in Slurm before it submits (``jobs.submission.may_be_in_slurm``).
+SWEEP_AFTER = dt.timedelta(seconds=15)
+
+
+def jobs_to_sweep(*, limit: int = 500) -> list[int]:
     """Jobs left in ``new`` or in a lapsed ``submitting``: saved while the broker or a
     worker was down, or abandoned by a worker that died mid-submission."""
     now = timezone.now()
-    quiet_since = now - dt.timedelta(seconds=older_than_s)
+    quiet_since = now - SWEEP_AFTER
     stuck = Job.objects.filter(
         Q(state=JobState.NEW, created_at__lt=quiet_since)
         | (

@@ -1,10 +1,11 @@
 """Submitting a saved job to Slurm exactly once (DESIGN "Submission, exactly once").
 
 A worker claims the job by a conditional update (``new`` → ``submitting``, or a
-``submitting`` job whose claim has lapsed). Only a first attempt submits
-straight away; any later one may follow an attempt that reached Slurm (the
-worker died after sbatch, sbatch timed out), so it looks the job's token up
-first and submits only if Slurm has no job with it.
+``submitting`` job whose claim has lapsed). Only a first attempt on a fresh job
+submits straight away; any later one may follow an attempt that reached Slurm (the
+worker died after sbatch, sbatch timed out), and so may a first one on a job saved
+long ago (a database restored from before its submission), so it looks the job's
+token up first and submits only if Slurm has no job with it.
 """
 
 import contextlib
@@ -31,6 +32,7 @@ from jobs.actions import CANCEL
 from jobs.errors import JobInvalid
 from jobs.models import Job, JobEvent
 from jobs.requests import DEPENDENCY_NEVER_OK, PreparedJob, home_of, paths_refusal
+from jobs.selectors import SWEEP_AFTER
 from jobs.states import JobState
 from jobs.tokens import CLOCK_SLACK, comment_for
 
@@ -312,6 +314,19 @@ def _record_refused(job: Job, message: str, *, state: str = JobState.SUBMIT_FAIL
     return job
 
 
+def may_be_in_slurm(job: Job) -> bool:
+    """Whether an earlier attempt may have reached Slurm, so this one looks the token up
+    before it submits: any attempt but the first, and a first one on a job left ``new``
+    as long as the sweeper waits (``SWEEP_AFTER``). Such a job's task was lost (saved
+    while the broker was down) or waited behind others — or the database was restored
+    from a dump taken before a worker submitted the job, and forgot that submission
+    (docs/RELIABILITY.md, "Backup, restore and upgrade"). A job taken from the queue
+    at once submits straight away."""
+    if job.submit_attempts > 1:
+        return True
+    return job.created_at < timezone.now() - SWEEP_AFTER
+
+
 def job_submit(*, job_id: int) -> Job | None:
     """Submit the job if this attempt wins the claim; None when there is nothing to do.
 
@@ -329,7 +344,7 @@ def job_submit(*, job_id: int) -> Job | None:
             raise SlurmUnavailable(reason)
         if not posix_user:
             raise SlurmRejected(f"{job.owner} has no Unix login any more; ask an administrator.")
-        if job.submit_attempts > 1:
+        if may_be_in_slurm(job):
             # An earlier attempt may have reached Slurm: never submit a second copy. The
             # token is anyone's to copy, so only the owner's job under the project's
             # account, submitted since this one was saved, counts (jobs/tokens.py).

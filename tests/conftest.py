@@ -253,11 +253,12 @@ FAST_BEAT_ENV = {
 
 
 @contextmanager
-def running_worker(*, beat: bool = False, concurrency: int = 2, **extra_env: str):
+def running_worker(*, beat: bool = False, concurrency: int = 2, queue: str = "", **extra_env: str):
     """A real Celery worker process on the test database; yields (queue, hostname, process).
 
     It runs ``concurrency`` worker processes (the bench of scale-out varies them) and
-    takes tasks from a queue of its own; while it runs the test process
+    takes tasks from a queue of its own (named ``queue`` if given: a test may have
+    enqueued there before it starts); while it runs the test process
     enqueues there too (e.g. a job's submission on commit); tests that need it
     commit their data (``transactional_db``). ``extra_env`` configures it. With
     ``beat`` the worker runs beat too (``FAST_BEAT_ENV`` unless ``extra_env`` says
@@ -268,7 +269,7 @@ def running_worker(*, beat: bool = False, concurrency: int = 2, **extra_env: str
 
     from portal.celery import app
 
-    queue = f"test-{uuid.uuid4().hex[:8]}"
+    queue = queue or f"test-{uuid.uuid4().hex[:8]}"
     hostname = f"{queue}@localhost"
     log = REPO / "var" / f"{queue}.log"
     log.parent.mkdir(exist_ok=True)

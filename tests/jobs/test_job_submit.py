@@ -68,6 +68,25 @@ def test_a_retry_after_sbatch_reached_slurm_records_that_job_instead_of_submitti
     assert slurm_ids_of(job, client=client) == [earlier]
 
 
+def test_a_job_still_new_since_long_ago_is_looked_up_before_its_first_submission(
+    project, alice, workdir
+):
+    job = job_create(user=alice, request=request_for(project, workdir))
+    # The row as a database restored from a dump taken an hour ago has it: saved then,
+    # never claimed; a worker submitted it after the dump, and Slurm has that job.
+    Job.objects.filter(pk=job.pk).update(created_at=timezone.now() - dt.timedelta(hours=1))
+    job.refresh_from_db()
+    client = client_for(job.cluster)
+    earlier = client.submit(
+        submit_request(spec=spec_of(job), posix_user="alice", script=job.rendered_script)
+    )
+    job_submit(job_id=job.pk)
+    job.refresh_from_db()
+    assert job.submit_attempts == 1
+    assert job.slurm_job_id == earlier
+    assert slurm_ids_of(job, client=client) == [earlier]
+
+
 def test_a_job_claimed_by_a_live_attempt_is_left_alone(project, alice, workdir):
     job = job_create(user=alice, request=request_for(project, workdir))
     Job.objects.filter(pk=job.pk).update(
