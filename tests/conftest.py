@@ -35,6 +35,8 @@ LONGEST_FILES = (
     "tests/browser/test_researcher.py",  # 54 s
     "tests/security/test_authorization_matrix.py",  # 52 s
     "tests/faults/test_worker_kill.py",  # 51 s
+    "tests/faults/test_restore.py",  # 31 s
+    "tests/faults/test_upgrade.py",  # 25 s
 )
 
 
