@@ -6,4 +6,5 @@ class PortalConfig(AppConfig):
     verbose_name = "Portal"
 
     def ready(self) -> None:
-        from portal import checks  # noqa: F401 - registers the system checks
+        # Registering the system checks, and counting Celery's task outcomes.
+        from portal import checks, metrics  # noqa: F401

@@ -3,7 +3,9 @@
 import os
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun
+from celery.signals import celeryd_init, task_postrun, task_prerun
+
+from portal.metric_files import metric_files_reset
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -20,3 +22,10 @@ def _close_old_connections(**kwargs) -> None:
     from django.db import close_old_connections
 
     close_old_connections()
+
+
+@celeryd_init.connect
+def _fresh_metric_files(**kwargs) -> None:
+    # A worker starts with its metrics folder empty, before its pool processes count
+    # anything (portal/metric_files.py); its task outcomes are counted by portal.metrics.
+    metric_files_reset()
