@@ -20,7 +20,7 @@ from jobs.models import ClusterSync, Job
 from jobs.queue_sync import queue_apply
 from jobs.states import JobState
 from jobs.submission import job_submit
-from portal.metric_files import metric_files
+from portal.metric_files import metric_files, metric_files_process_dead, metric_files_reset
 from portal.tasks import heartbeat_task
 from tests.factories import bulk_jobs, project_with_allocation, recorded_cluster, wait_for
 from tests.jobs.test_accounting_ingest import portal_job
@@ -290,3 +290,25 @@ def test_counts_of_a_worker_s_processes_and_of_this_one_add_up(scrape, celery_wo
         for sample in family.samples
     }
     assert value(worker_counts, "portal_celery_tasks_total", **labels) >= 3
+
+
+# --- the files' upkeep (gunicorn's hooks, the worker's start) ---------------------------
+
+
+def test_a_service_starts_with_its_folder_emptied_and_an_ended_process_keeps_its_counts(
+    monkeypatch, tmp_path
+):
+    # Nothing is counted meanwhile: prometheus_client would open its files there.
+    folder = tmp_path / "web"
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(folder))
+    metric_files_reset()  # made when missing
+    for name in ("counter_41.db", "histogram_41.db", "gauge_livesum_41.db", "gauge_max_41.db"):
+        (folder / name).write_bytes(b"")
+    (folder / "gauge_livesum_42.db").write_bytes(b"")
+    metric_files_process_dead(41)
+    assert sorted(path.name for path in folder.iterdir()) == [
+        "counter_41.db", "gauge_livesum_42.db", "gauge_max_41.db", "histogram_41.db",
+    ]  # fmt: skip
+    assert metric_files(tmp_path) == sorted(str(path) for path in folder.iterdir())
+    metric_files_reset()
+    assert list(folder.iterdir()) == []
