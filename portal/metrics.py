@@ -19,6 +19,7 @@ throttle counts: behind a proxy, the address the proxy saw.
 
 import ipaddress
 import logging
+import struct
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -162,7 +163,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         return response
     try:
         body = exposition()
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, struct.error) as error:
         # A metric file that cannot be read (cut short when its disk filled up): say so
         # rather than answer half the series.
         logger.error("metrics: cannot read the metric files: %s", error)

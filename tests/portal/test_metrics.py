@@ -2,6 +2,8 @@
 what the portal's processes counted, added up over processes."""
 
 import datetime as dt
+import shutil
+import struct
 from pathlib import Path
 
 import pytest
@@ -134,6 +136,20 @@ def test_hostile_requests_get_no_error_and_no_other_answer(client, db):
     assert head.status_code == 200 and head.content == b""
     for header in ("Bearer \x00", "Bearer " + "é" * 50, "Bearer " + "x" * 100_000):
         assert client.get("/metrics", HTTP_AUTHORIZATION=header).status_code == 401
+
+
+def test_a_metric_file_cut_short_is_a_503_not_an_error(scrape, client):
+    broken = Path(settings.METRICS_DIR) / "broken"
+    broken.mkdir()
+    try:
+        # Says 64 bytes are used; holds 8 (its disk filled up).
+        (broken / "counter_1.db").write_bytes(struct.pack("i", 64) + bytes(4))
+        answer = client.get("/metrics", **SCRAPER)
+        assert answer.status_code == 503
+        assert answer.content == b"The metric files cannot be read.\n"
+    finally:
+        shutil.rmtree(broken)
+    assert scrape()
 
 
 # --- what is: read from the database --------------------------------------------------
