@@ -6,4 +6,5 @@ class AccountsConfig(AppConfig):
     verbose_name = "Accounts and allocations"
 
     def ready(self) -> None:
-        from accounts import checks  # noqa: F401 - registers the system checks
+        # Registering the system checks, and counting failed log-ins.
+        from accounts import checks, metrics  # noqa: F401

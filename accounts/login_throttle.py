@@ -42,12 +42,7 @@ class Lockout:
         return max(1, int((self.until - timezone.now()).total_seconds() + 0.999))
 
 
-def client_address(request: HttpRequest) -> str:
-    """The client's address as the outermost of ``PROXY_COUNT`` trusted proxies saw it.
-
-    IPv6 clients are counted per /64: one host usually holds a whole /64 and could
-    otherwise take a new address for every guess.
-    """
+def _client_address_text(request: HttpRequest) -> str:
     address = request.META.get("REMOTE_ADDR", "")
     if settings.PROXY_COUNT:
         forwarded = [
@@ -55,10 +50,27 @@ def client_address(request: HttpRequest) -> str:
         ]
         if len(forwarded) >= settings.PROXY_COUNT:
             address = forwarded[-settings.PROXY_COUNT]
+    return address
+
+
+def client_ip(request: HttpRequest) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The client's address as the outermost of ``PROXY_COUNT`` trusted proxies saw it
+    (the connection's own with none); None when that is no address."""
     try:
-        parsed = ipaddress.ip_address(address)
+        return ipaddress.ip_address(_client_address_text(request))
     except ValueError:
-        return address or "unknown"
+        return None
+
+
+def client_address(request: HttpRequest) -> str:
+    """The client's address (``client_ip``) as log-ins are counted by.
+
+    IPv6 clients are counted per /64: one host usually holds a whole /64 and could
+    otherwise take a new address for every guess.
+    """
+    parsed = client_ip(request)
+    if parsed is None:
+        return _client_address_text(request) or "unknown"
     if parsed.version == 6:
         return str(ipaddress.ip_network(f"{parsed}/64", strict=False))
     return str(parsed)

@@ -34,6 +34,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from accounts.metrics import mail_counted
 from accounts.models import Allocation, Notification, User, Webhook
 from accounts.permissions import leads_of
 from accounts.webhooks import webhook_event
@@ -221,7 +222,9 @@ def notifications_send(*, now: dt.datetime | None = None) -> int:
             message.send()
         except (smtplib.SMTPException, OSError) as exc:
             logger.warning("notice mail to %s failed: %s", user.email, exc)
+            mail_counted("allocation", sent=False)
             continue
+        mail_counted("allocation", sent=True)
         sent += 1
         logger.info("told %s of %d notice(s)", user.email, len(per_user[user]))
         for notice in per_user[user]:

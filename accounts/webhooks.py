@@ -42,6 +42,7 @@ from django.utils.translation import gettext as _
 
 from accounts import webhook_http
 from accounts.errors import NotAllowed, Refused
+from accounts.metrics import mail_counted, webhook_try_counted
 from accounts.models import Project, User, Webhook, WebhookDelivery
 from accounts.permissions import is_lead, leads_of, led_project_ids
 
@@ -263,6 +264,7 @@ def webhook_deliver(
     else:
         if not 200 <= status < 300:
             error = f"HTTP {status}"
+    webhook_try_counted(delivery.event, sent=not error)
     logger.info(
         "webhook %s delivery %s (%s): %s in %.1fs",
         hook.pk,
@@ -349,6 +351,9 @@ def _tell_disabled(hook: Webhook) -> None:
         logger.warning(
             "could not tell %s that webhook %s was disabled: %s", addresses, hook.pk, error
         )
+        mail_counted("webhook_disabled", sent=False)
+    else:
+        mail_counted("webhook_disabled", sent=True)
 
 
 def webhook_deliveries_due(*, now: dt.datetime | None = None, limit: int = 500) -> list[int]:

@@ -42,11 +42,16 @@ def cluster_named(name: str | None) -> Cluster:
 
 def cluster_health() -> dict[str, dict]:
     """Each enabled cluster as the workers last found it (see ``cluster_status``)."""
+    return {cluster.name: status for cluster, status in clusters_probed()}
+
+
+def clusters_probed() -> list[tuple[Cluster, dict]]:
+    """Each enabled cluster with its status as the workers last found it (one query)."""
     now = timezone.now()
-    return {
-        cluster.name: _status(getattr(cluster, "probe", None), now)
+    return [
+        (cluster, _status(getattr(cluster, "probe", None), now))
         for cluster in clusters_enabled().select_related("probe")
-    }
+    ]
 
 
 def cluster_status(cluster: Cluster) -> dict:

@@ -7,6 +7,7 @@ terminates TLS in front and sets the headers the settings trust.
 """
 
 from portal.env import env_int, env_list
+from portal.metric_files import metric_files_process_dead, metric_files_reset
 
 # Where nginx reaches the web tier: a loopback port, or this host's private address when
 # nginx runs elsewhere (README "Scale-out"). Comma-separated for several.
@@ -33,11 +34,13 @@ accesslog = "-"
 errorlog = "-"
 
 
+def on_starting(server):
+    """The web tier's metrics folder (PROMETHEUS_MULTIPROC_DIR, the unit's
+    RuntimeDirectory) starts empty: counts of an earlier run are not carried over."""
+    metric_files_reset()
+
+
 def child_exit(server, worker):
-    """A web worker has exited: its share of the portal's metrics stops counting as a
-    live process (Prometheus multiprocess mode keeps one file per process)."""
-    try:
-        from portal.metrics import mark_process_dead
-    except ImportError:  # a portal without metrics
-        return
-    mark_process_dead(worker.pid)
+    """A web worker has exited: its gauges stop counting as a live process's (Prometheus
+    multiprocess mode keeps one file per process; its counters stay in the sums)."""
+    metric_files_process_dead(worker.pid)

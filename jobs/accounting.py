@@ -23,6 +23,7 @@ from clusters.slurm.states import SlurmJobState
 from clusters.slurm.types import AccountingEntry
 from jobs import pricing, specs, webhook_events
 from jobs.job_mail import job_end_mail_queue
+from jobs.metrics import start_observed
 from jobs.models import AccountingRecord, ClusterSync, Job, JobEvent
 from jobs.states import PORTAL_VALUE_OF, TERMINAL_VALUES, JobState
 from jobs.tokens import is_submission_of, token_in
@@ -264,7 +265,7 @@ _SEVERITY = [
 ]
 
 
-def _finish(job: Job, records: list[AccountingRecord]) -> bool:
+def _finish(job: Job, records: list[AccountingRecord], *, cluster: Cluster) -> bool:
     """Bring a portal job up to date with its accounting; True when it ended now."""
     if not records:
         return False
@@ -274,8 +275,14 @@ def _finish(job: Job, records: list[AccountingRecord]) -> bool:
         ended = ended and sum(_tasks_covered(r) for r in records) >= job.array_tasks
     started = [r.started_at for r in records if r.started_at]
     if not ended:
-        if started and job.started_at is None:
-            Job.objects.filter(pk=job.pk).update(started_at=min(started))
+        if (
+            started
+            and job.started_at is None
+            and Job.objects.filter(pk=job.pk, started_at__isnull=True).update(
+                started_at=min(started)
+            )
+        ):
+            _start_observed(cluster, job, records, started_at=min(started))
         return False
     final = next(s for s in _SEVERITY if s in states)
     used = sum(r.charged_gpu_seconds or 0 for r in records)
@@ -315,7 +322,20 @@ def _finish(job: Job, records: list[AccountingRecord]) -> bool:
         if not already:
             webhook_events.job_ended(job.pk)
             job_end_mail_queue(job=job, state=final)
+    if started and locked.started_at is None:
+        # It started and ended between two reads of the queue, which never saw it run.
+        _start_observed(cluster, locked, records, started_at=min(started))
     return not already
+
+
+def _start_observed(
+    cluster: Cluster, job: Job, records: list[AccountingRecord], *, started_at: dt.datetime
+) -> None:
+    start_observed(
+        cluster=cluster.name,
+        submitted_at=job.submitted_at or records[0].submitted_at,
+        started_at=started_at,
+    )
 
 
 def accounting_ingest(*, cluster: Cluster, entries: list[AccountingEntry]) -> IngestResult:
@@ -357,7 +377,7 @@ def accounting_ingest(*, cluster: Cluster, entries: list[AccountingEntry]) -> In
     for record in AccountingRecord.objects.filter(job_id__in=touched).order_by("slurm_job_id"):
         by_job[record.job_id].append(record)  # type: ignore[index]
     for job_id, job in touched.items():
-        if _finish(job, by_job[job_id]):
+        if _finish(job, by_job[job_id], cluster=cluster):
             result.finished_jobs += 1
     return result
 
@@ -379,6 +399,6 @@ def accounting_sync(*, cluster: Cluster, client: SlurmClient | None = None) -> I
     # a slurmdbd outage slurmctld sends the records it kept late, and a mark moved to
     # "now" meanwhile would read past the ends of the jobs that finished while it was down.
     seen = [t for e in entries for t in (e.submitted_at, e.started_at, e.ended_at) if t]
-    if seen:
-        ClusterSync.objects.filter(pk=sync.pk).update(accounting_until=min(max(seen), read_at))
+    marks = {"accounting_until": min(max(seen), read_at)} if seen else {}
+    ClusterSync.objects.filter(pk=sync.pk).update(accounting_synced_at=read_at, **marks)
     return result

@@ -33,6 +33,9 @@ taken for one, with the jobs that have pended longer than
 Slurm is read once per cluster (one queue listing, one node listing, one accounting read), after
 the portal's rows, so a job submitted in between is seen in Slurm rather than
 missed; a job that finished since is found in accounting.
+
+The outcome of a check of every cluster is kept in the cache (``invariants_record``),
+for the metrics and their alert (README "Metrics").
 """
 
 import datetime as dt
@@ -41,6 +44,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db.models import F, Q, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -90,6 +94,26 @@ def invariants_check(
     for one in clusters:
         _check_slurm(one, findings, stuck_after=stuck_after)
     return findings
+
+
+LAST_CHECK_KEY = "portal:invariants-last-check"
+
+
+def invariants_record(findings: Findings) -> None:
+    """Keep how a check of every cluster ended, until the next one: when, and how many
+    violations and warnings it found. Raises the cache's error (RedisError)."""
+    outcome = {
+        "at": timezone.now().timestamp(),
+        "violations": len(findings.violations),
+        "warnings": len(findings.warnings),
+    }
+    cache.set(LAST_CHECK_KEY, outcome, timeout=None)
+
+
+def invariants_last() -> dict | None:
+    """The outcome ``invariants_record`` kept; None before the first check."""
+    last = cache.get(LAST_CHECK_KEY)
+    return last if isinstance(last, dict) else None
 
 
 # --- the ledger ----------------------------------------------------------------------

@@ -31,6 +31,7 @@ from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
+from accounts.metrics import mail_counted
 from accounts.models import User
 from jobs.models import Job, JobEndMail
 from jobs.states import JobState
@@ -228,10 +229,12 @@ def job_mails_send(*, now: dt.datetime | None = None) -> int:
             message.send()
         except (smtplib.SMTPException, OSError) as exc:
             logger.warning("job end mail to %s failed: %s", owner.email, exc)
+            mail_counted("job_end", sent=False)
             JobEndMail.objects.filter(pk__in=[row.pk for row in told], sent_at__isnull=True).update(
                 claimed_at=None
             )  # the next run tries again
             continue
+        mail_counted("job_end", sent=True)
         sent += 1
         _settle([row.pk for row in told], now=now, recipient=owner.email)
         logger.info("told %s of %d job end(s)", owner.email, len(told))

@@ -286,6 +286,9 @@ class ClusterSync(models.Model):
     cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, related_name="sync")
     queue_synced_at = models.DateTimeField(null=True, blank=True)
     accounting_until = models.DateTimeField(null=True, blank=True)
+    # When an ingest last read accounting and applied it (the mark above moves only
+    # when accounting reports something new): the accounting lag of the metrics.
+    accounting_synced_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"sync of {self.cluster_id}"

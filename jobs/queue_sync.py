@@ -26,6 +26,7 @@ from clusters.slurm import SlurmClient, SlurmError, shared_client_for
 from clusters.slurm.states import SlurmJobState
 from clusters.slurm.types import QueueEntry
 from clusters.status import array_task_count
+from jobs.metrics import start_observed
 from jobs.models import ClusterSync, Job, JobEvent
 from jobs.states import IN_SLURM, PORTAL_VALUE_OF, TERMINAL_VALUES, JobState
 
@@ -111,17 +112,20 @@ def queue_apply(*, cluster: Cluster, entries: Iterable[QueueEntry]) -> QueueSync
         .annotate(
             started_s=Cast(Extract("started_at", "epoch"), BigIntegerField()),
             expected_s=Cast(Extract("expected_start_at", "epoch"), BigIntegerField()),
+            submitted_s=Cast(Extract("submitted_at", "epoch"), BigIntegerField()),
         )
         .values_list(
             "id", "slurm_job_id", "state", "slurm_state", "reason", "started_s", "array",
-            "expected_s", "queue_place",
+            "expected_s", "queue_place", "submitted_s",
         )
     )  # fmt: skip
     result = QueueSyncResult()
     updates: list[tuple] = []
     events: list[JobEvent] = []
+    starts: dict[int, tuple[int | None, dt.datetime]] = {}  # job id → (submitted_s, started)
     for (
         job_id, slurm_job_id, state, slurm_state, reason, started_s, array, expected_s, place,
+        submitted_s,
     ) in unfinished:  # fmt: skip
         assert slurm_job_id is not None  # filtered on
         entry = _array_view(arrays.get(slurm_job_id, [])) if array else plain.get(slurm_job_id)
@@ -143,6 +147,8 @@ def queue_apply(*, cluster: Cluster, entries: Iterable[QueueEntry]) -> QueueSync
         if new == (state, slurm_state, reason, started_s, expected_s, place):
             continue
         ended_at = now if new_state in TERMINAL_VALUES else None
+        if started_s is None and entry.started_at is not None and not pending:
+            starts[job_id] = (submitted_s, entry.started_at)
         updates.append(
             (job_id, state, *new[:3], entry.started_at or _from_epoch_s(started_s), ended_at,
              _from_epoch_s(new[4]), new[5])
@@ -159,6 +165,11 @@ def queue_apply(*, cluster: Cluster, entries: Iterable[QueueEntry]) -> QueueSync
         )
         if not ClusterSync.objects.filter(cluster=cluster).update(queue_synced_at=now):
             ClusterSync.objects.get_or_create(cluster=cluster, defaults={"queue_synced_at": now})
+    for job_id in updated & starts.keys():
+        submitted_s, started_at = starts[job_id]
+        start_observed(
+            cluster=cluster.name, submitted_at=_from_epoch_s(submitted_s), started_at=started_at
+        )
     result.changed = len(updated)
     return result
 

@@ -30,6 +30,7 @@ from clusters.slurm.types import SubmitRequest
 from jobs import dispatch, scripts, specs
 from jobs.actions import CANCEL
 from jobs.errors import JobInvalid
+from jobs.metrics import submission_observed
 from jobs.models import Job, JobEvent
 from jobs.requests import DEPENDENCY_NEVER_OK, PreparedJob, home_of, paths_refusal
 from jobs.selectors import SWEEP_AFTER
@@ -282,11 +283,14 @@ def _record_submitted(job: Job, slurm_job_id: int, *, rendered_script: str) -> J
         # Usually nobody asked to cancel it while sbatch ran: then the row is what this
         # wrote, and there is nothing to read back.
         plain = submitting.filter(cancel_requested_at__isnull=True).update(**recorded)
-        if plain or submitting.update(**recorded):
+        recorded_here = bool(plain or submitting.update(**recorded))
+        if recorded_here:
             JobEvent.objects.create(
                 job=job, at=now, state=JobState.PENDING, detail=f"Slurm job {slurm_job_id}"
             )
     logger.info("job %s submitted: Slurm job %s on %s", job.pk, slurm_job_id, job.cluster.name)
+    if recorded_here:
+        submission_observed(cluster=job.cluster.name, created_at=job.created_at, at=now)
     if plain:
         for name, value in recorded.items():
             setattr(job, name, value)

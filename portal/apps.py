@@ -7,7 +7,8 @@ class PortalConfig(AppConfig):
     verbose_name = "Portal"
 
     def ready(self) -> None:
-        from portal import checks  # noqa: F401 - registers the system checks
+        # Registering the system checks, and counting Celery's task outcomes.
+        from portal import checks, metrics  # noqa: F401
         from portal.logs import request_context_clear
 
         request_finished.connect(request_context_clear, dispatch_uid="portal.logs")

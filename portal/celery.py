@@ -3,9 +3,16 @@
 import os
 
 from celery import Celery
-from celery.signals import before_task_publish, setup_logging, task_postrun, task_prerun
+from celery.signals import (
+    before_task_publish,
+    celeryd_init,
+    setup_logging,
+    task_postrun,
+    task_prerun,
+)
 
 from portal import logs
+from portal.metric_files import metric_files_reset
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -29,3 +36,10 @@ setup_logging.connect(logs.celery_logging_setup)
 before_task_publish.connect(logs.request_id_to_task)
 task_prerun.connect(logs.task_context_bind)
 task_postrun.connect(logs.task_context_reset)
+
+
+@celeryd_init.connect
+def _fresh_metric_files(**kwargs) -> None:
+    # A worker starts with its metrics folder empty, before its pool processes count
+    # anything (portal/metric_files.py); its task outcomes are counted by portal.metrics.
+    metric_files_reset()

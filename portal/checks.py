@@ -5,6 +5,8 @@ a service that is merely down right now is a Warning, so a deploy can still
 run while, say, Redis restarts.
 """
 
+import ipaddress
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -12,6 +14,8 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError, connections
 
 from portal.health import broker_status
+from portal.metric_files import ENV as METRICS_FOLDER_ENV
+from portal.metric_files import own_folder
 
 
 @register(Tags.database)
@@ -115,3 +119,43 @@ def check_broker(app_configs, **kwargs):
             )
         )
     return errors
+
+
+_LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
+
+
+@register()
+def check_metrics(app_configs, **kwargs):
+    """Where this process's metrics go (portal/metric_files.py) and who may scrape them."""
+    warnings: list[CheckMessage] = []
+    own = own_folder()
+    if settings.METRICS_DIR and own is not None:
+        base = Path(settings.METRICS_DIR).resolve()
+        if base != own.resolve() and base not in own.resolve().parents:
+            warnings.append(
+                Warning(
+                    f"{METRICS_FOLDER_ENV}={own} is not inside PORTAL_METRICS_DIR="
+                    f"{settings.METRICS_DIR}: this process's counts are missing from /metrics.",
+                    hint="Give each service (the web server, each worker) a folder of its own "
+                    f"inside it, e.g. {METRICS_FOLDER_ENV}=$PORTAL_METRICS_DIR/web.",
+                    id="portal.W020",
+                )
+            )
+    networks = [ipaddress.ip_network(network) for network in settings.METRICS_ALLOWED_NETWORKS]
+    loopback = any(
+        network.version == each.version and network.overlaps(each)
+        for network in networks
+        for each in _LOOPBACK
+    )
+    if settings.IS_PRODUCTION and loopback and not settings.PROXY_COUNT:
+        warnings.append(
+            Warning(
+                "PORTAL_METRICS_ALLOWED_NETWORKS lets loopback addresses scrape /metrics while "
+                "PORTAL_PROXY_COUNT is 0: behind a proxy on this host, every client comes "
+                "from a loopback address.",
+                hint="Set PORTAL_PROXY_COUNT to the number of proxies in front of the web "
+                "process, or scrape with PORTAL_METRICS_TOKEN and list no loopback network.",
+                id="portal.W021",
+            )
+        )
+    return warnings

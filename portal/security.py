@@ -1,4 +1,5 @@
-"""The Content-Security-Policy and Cross-Origin-Resource-Policy of every response.
+"""The Content-Security-Policy and Cross-Origin-Resource-Policy of every response, and
+the bearer token a monitoring system sends.
 
 Django's own middleware sends the other security headers from settings
 (``SecurityMiddleware``: nosniff, Referrer-Policy, Cross-Origin-Opener-Policy,
@@ -11,6 +12,7 @@ allows scripts and styles from the portal's own origin only: an injected
 ``<script>`` or ``style=`` does nothing.
 """
 
+import hmac
 from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
@@ -66,3 +68,12 @@ class SecurityHeadersMiddleware:
         # subresources (e.g. the docs' start-up script, which carries a CSRF token).
         response.headers.setdefault("Cross-Origin-Resource-Policy", "same-origin")
         return response
+
+
+def bearer_token_matches(request: HttpRequest, token: str) -> bool:
+    """Whether the request sends ``Authorization: Bearer <token>``: a monitoring
+    system's token (/healthz's detail, /metrics), compared in constant time."""
+    scheme, _, sent = request.headers.get("Authorization", "").strip().partition(" ")
+    if not token or scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(sent.strip().encode(), token.encode())

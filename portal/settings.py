@@ -232,8 +232,9 @@ SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
 SECURE_SSL_REDIRECT = env_bool("PORTAL_SECURE_SSL_REDIRECT", IS_PRODUCTION)
-# A load balancer's health probe speaks plain HTTP to the web process.
-SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+# A load balancer's health probe speaks plain HTTP to the web process, and so may a
+# Prometheus server on the web hosts' private network (README "Metrics").
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
 SECURE_HSTS_SECONDS = env_int("PORTAL_HSTS_SECONDS", 31_536_000 if IS_PRODUCTION else 0, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("PORTAL_HSTS_INCLUDE_SUBDOMAINS", True)
 SECURE_HSTS_PRELOAD = env_bool("PORTAL_HSTS_PRELOAD", False)
@@ -571,8 +572,12 @@ PORTAL_BASE_URL = env_str("PORTAL_BASE_URL", "http://localhost:8000").rstrip("/"
 JOB_MAIL_DIGEST_S = env_int("PORTAL_JOB_MAIL_DIGEST_S", 180, minimum=0)
 
 
-def _networks(name: str) -> list[str]:
-    networks = env_list(name, [])
+def _networks(name: str, default: str = "") -> list[str]:
+    """Comma-separated networks (CIDR); ``off``: none, whatever the default."""
+    value = env_str(name, default).strip()
+    if not value or value.lower() == "off":
+        return []
+    networks = [item.strip() for item in value.split(",")]
     for network in networks:
         try:
             ipaddress.ip_network(network)
@@ -582,6 +587,19 @@ def _networks(name: str) -> list[str]:
             ) from None
     return networks
 
+
+# Prometheus metrics at /metrics (portal/metrics.py, README "Metrics"). Off (404) unless
+# a scrape token or an address allow-list is set; with both, a scrape needs both. The
+# address is the client's as PORTAL_PROXY_COUNT says (behind a proxy: the one it saw).
+METRICS_TOKEN = env_str("PORTAL_METRICS_TOKEN", "")
+METRICS_ALLOWED_NETWORKS = _networks(
+    "PORTAL_METRICS_ALLOWED_NETWORKS", "" if IS_PRODUCTION else "127.0.0.0/8,::1/128"
+)
+# The folder the portal's processes on this host keep their counts in (prometheus_client's
+# multiprocess mode): each service writes into a folder of its own inside it, named by
+# PROMETHEUS_MULTIPROC_DIR, and /metrics adds up all of them. Empty: the web process
+# serves its own counts alone (one process, e.g. runserver).
+METRICS_DIR = env_str("PORTAL_METRICS_DIR", "")
 
 # Webhooks (accounts/webhooks.py). A delivery never goes to a loopback, link-local,
 # private or otherwise non-public address unless one of these networks holds it.

@@ -6,9 +6,17 @@ takes a test's task (and runs it against the dev database) and test heartbeats
 never show up in the dev portal's health report. Under pytest-xdist each process has
 its own pair (gw0: 2 and 3, gw1: 4 and 5, …; ``PORTAL_TEST_REDIS_DB`` moves the
 first), as pytest-django gives each its own test database.
+
+Each test process also counts its metrics in a folder of its own (portal/metric_files.py),
+inside a metrics folder the Celery workers it starts write beside it
+(``tests.conftest.running_worker``), so ``/metrics`` adds them up as on a host. It is
+set before anything imports prometheus_client, which reads it once.
 """
 
+import atexit
 import os
+import shutil
+import tempfile
 
 # "gw1" in the second of pytest-xdist's processes; unset without xdist.
 WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
@@ -25,3 +33,12 @@ if os.environ.get("PORTAL_TEST_REDIS_SET_HERE") or "PORTAL_BROKER_URL" not in os
     os.environ["PORTAL_TEST_REDIS_SET_HERE"] = "1"
     os.environ["PORTAL_BROKER_URL"] = f"redis://127.0.0.1:6379/{BROKER_DB}"
     os.environ["PORTAL_CACHE_URL"] = f"redis://127.0.0.1:6379/{CACHE_DB}"
+
+if os.environ.get("PORTAL_TEST_METRICS_SET_HERE") or "PORTAL_METRICS_DIR" not in os.environ:
+    os.environ["PORTAL_TEST_METRICS_SET_HERE"] = "1"
+    METRICS_DIR = tempfile.mkdtemp(prefix="portal-test-metrics-")
+    os.chmod(METRICS_DIR, 0o755)  # noqa: S103 - the web tier's user reads it (dev/portal)
+    atexit.register(shutil.rmtree, METRICS_DIR, ignore_errors=True)
+    os.environ["PORTAL_METRICS_DIR"] = METRICS_DIR
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = os.path.join(METRICS_DIR, "tests")
+    os.mkdir(os.environ["PROMETHEUS_MULTIPROC_DIR"])

@@ -6,7 +6,7 @@ from accounts import views as account_views
 from accounts import webhook_views
 from accounts.login import AdminLoginForm, login_view, with_throttle_status
 from accounts.oidc import SignInCallback, SignInStart
-from portal import status, views
+from portal import metrics, status, views
 
 admin.site.site_header = "Slurm GPU Portal — allocation managers"
 admin.site.site_title = "Slurm GPU Portal admin"
@@ -26,6 +26,7 @@ urlpatterns = [
     path("hooks/<int:hook_id>/delete/", webhook_views.webhook_delete_view, name="webhook_delete"),
     path("hooks/<int:hook_id>/test/", webhook_views.webhook_test_view, name="webhook_test"),
     path("healthz", views.healthz, name="healthz"),
+    path("metrics", metrics.metrics_view, name="metrics"),
     path("login/", login_view, name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("oidc/start/", SignInStart.as_view(), name="oidc_start"),

@@ -1,6 +1,5 @@
 """The portal's own pages: the dashboard, a project's page, and the health check."""
 
-import hmac
 from dataclasses import dataclass
 from typing import cast
 
@@ -38,6 +37,7 @@ from jobs.selectors import own_jobs, project_jobs, unsuccessful_charges
 from jobs.states import TERMINAL_STATES
 from portal.charts import BurnDown, burn_down
 from portal.health import health_report
+from portal.security import bearer_token_matches
 
 RECENT_JOBS = 10
 
@@ -61,9 +61,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
 def _may_see_health_detail(request: HttpRequest) -> bool:
     if request.user.is_authenticated and request.user.is_staff:
         return True
-    token = settings.HEALTH_TOKEN
-    sent = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-    return bool(token) and hmac.compare_digest(sent.encode(), token.encode())
+    return bearer_token_matches(request, settings.HEALTH_TOKEN)
 
 
 @dataclass(frozen=True)

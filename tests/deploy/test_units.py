@@ -100,9 +100,18 @@ def test_the_worker_keeps_sudo_working_and_no_more():
     }  # fmt: skip
     assert settings["AmbientCapabilities"] == ["CAP_DAC_READ_SEARCH"]
     assert settings["ProtectSystem"] == ["strict"] and settings["ProtectHome"] == ["read-only"]
-    # Its one writable folder: the association locks (clusters/locks.py).
+    # Its writable folders: the association locks (clusters/locks.py), its own; the
+    # metrics its processes count, readable by the web tier's group, which serves them.
     assert settings["StateDirectory"] == ["slurm-gpu-portal/locks"]
-    assert settings["Environment"] == ["PORTAL_LOCK_DIR=/var/lib/slurm-gpu-portal/locks"]
+    assert settings["StateDirectoryMode"] == ["0700"]
+    assert settings["RuntimeDirectory"] == ["slurm-gpu-portal/metrics/worker"]
+    assert settings["RuntimeDirectoryMode"] == ["0750"]
+    assert settings["Group"] == ["slurm-gpu-portal"]
+    assert settings["Environment"] == [
+        "PORTAL_LOCK_DIR=/var/lib/slurm-gpu-portal/locks",
+        "PORTAL_METRICS_DIR=/run/slurm-gpu-portal/metrics",
+        "PROMETHEUS_MULTIPROC_DIR=/run/slurm-gpu-portal/metrics/worker",
+    ]
 
 
 @pytest.mark.parametrize("component", sorted(UNITS))

@@ -8,12 +8,13 @@ import sys
 import uuid
 
 import pytest
+from django.core.cache import cache
 from django.db import connection
 from django.db.models import F
 
 from accounts.ledger import ledger_release
 from accounts.models import Allocation, Project
-from jobs.invariants import Findings, invariants_check
+from jobs.invariants import LAST_CHECK_KEY, Findings, invariants_check, invariants_last
 from jobs.models import Job
 from jobs.services import job_create
 from jobs.states import JobState
@@ -162,14 +163,15 @@ def test_it_ignores_portal_tokens_on_jobs_of_accounts_that_are_not_projects(
     assert invariants_check(cluster=dev_cluster) == Findings()
 
 
-def check_invariants() -> subprocess.CompletedProcess:
+def check_invariants(*, cluster: str | None = "portal-dev") -> subprocess.CompletedProcess:
     db = connection.settings_dict
     env = {
         **os.environ,
         "PORTAL_DATABASE_URL": f"postgresql://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
     }
+    only = ["--cluster", cluster] if cluster else []
     return subprocess.run(
-        [sys.executable, "manage.py", "check_invariants", "--cluster", "portal-dev"],
+        [sys.executable, "manage.py", "check_invariants", *only],
         cwd=REPO, env=env, capture_output=True, text=True, check=False,
     )  # fmt: skip
 
@@ -187,6 +189,22 @@ def test_the_command_exits_0_when_sound_and_1_with_the_violations(dev_cluster, p
         f"ledger-drift: allocation {allocation.pk}: held_gpu_seconds is 1 on the row, "
         "0 in the ledger"
     ) in found.stdout
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_command_keeps_the_outcome_of_a_check_of_every_cluster_for_the_metrics(
+    dev_cluster, project
+):
+    cache.delete(LAST_CHECK_KEY)
+    assert check_invariants().returncode == 0
+    assert invariants_last() is None  # one cluster's check says nothing of the others
+    allocation = Allocation.objects.get(project=project)
+    Allocation.objects.filter(pk=allocation.pk).update(held_gpu_seconds=F("held_gpu_seconds") + 1)
+    assert check_invariants(cluster=None).returncode == 1
+    last = invariants_last()
+    assert last is not None
+    assert (last["violations"], last["warnings"]) == (1, 0)
+    cache.delete(LAST_CHECK_KEY)
 
 
 @pytest.mark.django_db(transaction=True)

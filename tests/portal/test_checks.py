@@ -114,3 +114,21 @@ def test_a_cluster_row_with_a_prefix_that_cannot_be_split_is_an_error():
 
     Cluster.objects.create(name="b", command_prefix="/usr/bin/env", run_as_prefix="x '{user}")
     assert "clusters.E006" in check_ids(databases=["default"])
+
+
+def test_a_process_counting_outside_the_metrics_folder_is_warned(monkeypatch, tmp_path):
+    # Nothing is counted meanwhile: prometheus_client would open its files there.
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "elsewhere"))
+    assert "portal.W020" in check_ids()
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", os.path.join(settings.METRICS_DIR, "web"))
+    assert "portal.W020" not in check_ids()
+
+
+@override_settings(IS_PRODUCTION=True, METRICS_ALLOWED_NETWORKS=["127.0.0.1/32"], PROXY_COUNT=0)
+def test_letting_loopback_scrape_without_a_proxy_count_is_warned_in_production():
+    """Behind nginx on the same host every client would come from 127.0.0.1."""
+    assert "portal.W021" in check_ids()
+    with override_settings(PROXY_COUNT=1):
+        assert "portal.W021" not in check_ids()
+    with override_settings(METRICS_ALLOWED_NETWORKS=["10.0.0.0/8", "2001:db8::/32"]):
+        assert "portal.W021" not in check_ids()

@@ -588,6 +588,7 @@ PAGES: dict[str, Page] = {
     "webhook_delete": Page(one("webhook_delete", signed_in(405), lambda w: w.hook_id)),
     "webhook_test": Page(one("webhook_test", signed_in(405), lambda w: w.hook_id)),
     "healthz": Page(one("healthz", signed_in(200, 200))),
+    "metrics": Page(one("metrics", signed_in(200, 200))),  # dev: loopback may scrape
     "login": Page(one("login", signed_in(302, 200)), reads=("next",)),
     "logout": Page(one("logout", signed_in(405, 405))),
     # Off to the provider's log-in page; a callback this browser did not start, or an

@@ -424,6 +424,10 @@ ROWS = [
     # Public: the verdict is the same for everyone; a cluster that is offline (the only
     # one here) is named to staff but does not fail it.
     Row("healthz", "GET", at("healthz"), expect(200, 200)),
+    # A scrape is allowed by a token or an address, never by who is signed in: dev mode
+    # lets loopback scrape, as these requests come (tests/portal/test_metrics.py has the
+    # token, the allow-list and the refusals).
+    Row("metrics", "GET", at("metrics"), expect(200, 200)),
     Row("login", "GET", at("login"), expect(Redirect("/", exact=True), 200)),
     # The console's own login page: staff are sent on to the console, anyone else is
     # shown the form (a signed-in researcher is told the account is not staff).
