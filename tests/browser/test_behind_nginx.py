@@ -200,8 +200,12 @@ def test_the_portal_behind_nginx_with_tls(behind_nginx, browser, make_project, a
     assert static.headers["strict-transport-security"] == HSTS
     assert static.headers["content-security-policy"] == PORTAL_CSP
     assert "immutable" in static.headers["cache-control"]
+    # nginx writes a request's log line after its response is sent: wait for it.
+    wait_for(
+        lambda: f"{stylesheet} 200 upstream=-" in served.access_log.read_text().splitlines(),
+        timeout_s=10, interval_s=0.1, what=f"nginx to log {stylesheet} served by itself",
+    )  # fmt: skip
     logged = served.access_log.read_text().splitlines()
-    assert f"{stylesheet} 200 upstream=-" in logged
     assert any(re.fullmatch(r"/login/ 200 upstream=127\.0\.0\.1:\d+", line) for line in logged)
 
     # A researcher logs in and submits a job: the session and CSRF cookies are Secure,
