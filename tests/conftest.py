@@ -254,6 +254,17 @@ FAST_BEAT_ENV = {
 }
 
 
+def process_stop(process: subprocess.Popen, *, within_s: float = 15) -> None:
+    """Ask a process the tests started to end (TERM), and kill it if it has not within
+    ``within_s``."""
+    process.terminate()
+    try:
+        process.wait(timeout=within_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 @contextmanager
 def running_worker(*, beat: bool = False, concurrency: int = 2, queue: str = "", **extra_env: str):
     """A real Celery worker process on the test database; yields (queue, hostname, process).
@@ -307,11 +318,7 @@ def running_worker(*, beat: bool = False, concurrency: int = 2, queue: str = "",
         yield queue, hostname, process
     finally:
         app.conf.task_default_queue = default_queue
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        process_stop(process)
         if schedule_dir:
             shutil.rmtree(schedule_dir, ignore_errors=True)
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.conftest import REPO, process_stop
 
 DEPLOY = REPO / "deploy"
 UNITS = {
@@ -188,12 +188,7 @@ def running(command: list[str], *, log: Path, **popen) -> Iterator[subprocess.Po
     try:
         yield process
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        process_stop(process)
 
 
 def wait_for_port(port: int, *, process: subprocess.Popen, log: Path, within_s: float = 30) -> None:

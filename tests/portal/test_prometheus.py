@@ -16,6 +16,7 @@ from accounts.models import Allocation
 from jobs.models import UNFINISHED_STATES, Job
 from jobs.states import JobState
 from portal.tasks import heartbeat_task
+from tests.conftest import process_stop
 from tests.factories import bulk_jobs, project_with_allocation, recorded_cluster, wait_for
 from tests.jobs.test_accounting_ingest import portal_job
 from tests.portal.test_metrics import TOKEN
@@ -91,11 +92,7 @@ def prometheus(live_server, settings, tmp_path: Path):
         wait_for(ready, timeout_s=30, interval_s=0.2, what="prometheus to be ready")
         yield query
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        process_stop(process, within_s=10)
 
 
 def test_prometheus_scrapes_with_the_token_and_answers_the_database_s_figures(alice, prometheus):
