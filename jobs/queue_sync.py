@@ -15,8 +15,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django.db import connection, transaction
-from django.db.models import BigIntegerField
-from django.db.models.functions import Cast, Extract
 from django.utils import timezone
 
 from clusters.models import Cluster
@@ -81,84 +79,74 @@ class _QueuePlaces:
         return ahead[bisect_left(keys, -entry.priority)] + 1
 
 
-def _epoch_s(at: dt.datetime | None) -> int | None:
-    return int(at.timestamp()) if at else None
-
-
-def _from_epoch_s(seconds: int | None) -> dt.datetime | None:
-    return dt.datetime.fromtimestamp(seconds, dt.UTC) if seconds is not None else None
-
-
-def queue_apply(*, cluster: Cluster, entries: Iterable[QueueEntry]) -> QueueSyncResult:
-    """Apply one queue listing to the cluster's unfinished portal jobs."""
-    now = timezone.now()
+def _snapshot(entries: Iterable[QueueEntry]) -> list[tuple]:
+    """The listing as the rows ``_apply_snapshot`` copies to the database: one per plain
+    job and one per array that has a task queued or running (its ``_array_view``), keyed
+    by Slurm id and whether it is an array; what the portal would store of it (state, Slurm state,
+    reason, start, and for a pending job its expected start and place)."""
     plain: dict[int, QueueEntry] = {}
     arrays: dict[int, list[QueueEntry]] = defaultdict(list)
     places = _QueuePlaces()
-    entry: QueueEntry | None
+    pending_state = SlurmJobState.PENDING
     for entry in entries:
         if entry.array_job_id is None:
             plain[entry.job_id] = entry
         else:
             arrays[entry.array_job_id].append(entry)
-        if entry.state is SlurmJobState.PENDING:
+        if entry.state is pending_state:
             places.add(entry)
+    keyed = [(slurm_job_id, False, entry) for slurm_job_id, entry in plain.items()]
+    for array_job_id, tasks in arrays.items():
+        view = _array_view(tasks)
+        if view is not None:
+            keyed.append((array_job_id, True, view))
+    rows: list[tuple] = []
+    append, portal_value, pending_value = rows.append, PORTAL_VALUE_OF, str(JobState.PENDING)
+    for slurm_job_id, array, entry in keyed:
+        state = portal_value[entry.state]
+        if state == pending_value:
+            expected, place = entry.expected_start_at, places.place(entry)
+        else:
+            expected = place = None
+        append(
+            (slurm_job_id, array, state, entry.state.value, _reason(entry), entry.started_at,
+             expected, place)
+        )  # fmt: skip
+    return rows
 
-    # Times are read as whole epoch seconds (Slurm's own resolution): turning 10,000
-    # timestamps into aware datetimes costs more than the query itself.
-    unfinished = (
-        Job.objects.filter(cluster=cluster, state__in=IN_SLURM, slurm_job_id__isnull=False)
-        .order_by()
-        .annotate(
-            started_s=Cast(Extract("started_at", "epoch"), BigIntegerField()),
-            expected_s=Cast(Extract("expected_start_at", "epoch"), BigIntegerField()),
-            submitted_s=Cast(Extract("submitted_at", "epoch"), BigIntegerField()),
-        )
-        .values_list(
-            "id", "slurm_job_id", "state", "slurm_state", "reason", "started_s", "array",
-            "expected_s", "queue_place", "submitted_s",
-        )
-    )  # fmt: skip
+
+def queue_apply(*, cluster: Cluster, entries: Iterable[QueueEntry]) -> QueueSyncResult:
+    """Apply one queue listing to the cluster's unfinished portal jobs."""
+    now = timezone.now()
+    snapshot = _snapshot(entries)
     result = QueueSyncResult()
     updates: list[tuple] = []
     events: list[JobEvent] = []
-    starts: dict[int, tuple[int | None, dt.datetime]] = {}  # job id → (submitted_s, started)
-    for (
-        job_id, slurm_job_id, state, slurm_state, reason, started_s, array, expected_s, place,
-        submitted_s,
-    ) in unfinished:  # fmt: skip
-        assert slurm_job_id is not None  # filtered on
-        entry = _array_view(arrays.get(slurm_job_id, [])) if array else plain.get(slurm_job_id)
-        if entry is None:
-            result.vanished.append(job_id)
-            continue
-        new_state = PORTAL_VALUE_OF[entry.state]
-        if array and new_state in TERMINAL_VALUES:
-            continue
-        pending = new_state == JobState.PENDING
-        new = (
-            new_state,
-            str(entry.state),
-            _reason(entry),
-            _epoch_s(entry.started_at) or started_s,
-            _epoch_s(entry.expected_start_at) if pending else None,
-            places.place(entry) if pending else None,
-        )
-        if new == (state, slurm_state, reason, started_s, expected_s, place):
-            continue
-        ended_at = now if new_state in TERMINAL_VALUES else None
-        if started_s is None and entry.started_at is not None and not pending:
-            starts[job_id] = (submitted_s, entry.started_at)
-        updates.append(
-            (job_id, state, *new[:3], entry.started_at or _from_epoch_s(started_s), ended_at,
-             _from_epoch_s(new[4]), new[5])
-        )  # fmt: skip
-        if new_state != state:
-            detail = f"Slurm: {entry.state}" + (f" ({new[2]})" if new[2] else "")
-            # An event is dated when the portal saw the change (Slurm's own times are on
-            # the job): the timeline then never runs backwards.
-            events.append(JobEvent(job_id=job_id, at=now, state=new_state, detail=detail))
+    starts: dict[int, tuple[dt.datetime | None, dt.datetime]] = {}  # job id → (submitted, started)
     with transaction.atomic():
+        # Derived from Slurm and written again by the next sync if lost: a crash may
+        # drop this commit, so it need not wait for the disk (the ledger's commits do).
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit = off")
+        for (
+            job_id, listed, read_state, state, slurm_state, reason, started_at, expected_at,
+            place, unstarted, submitted_at,
+        ) in _differing(cluster, snapshot):  # fmt: skip
+            if not listed:
+                result.vanished.append(job_id)
+                continue
+            ended_at = now if state in TERMINAL_VALUES else None
+            if unstarted and started_at is not None and state != JobState.PENDING:
+                starts[job_id] = (submitted_at, started_at)
+            updates.append(
+                (job_id, read_state, state, slurm_state, reason, started_at, ended_at,
+                 expected_at, place)
+            )  # fmt: skip
+            if state != read_state:
+                detail = f"Slurm: {slurm_state}" + (f" ({reason})" if reason else "")
+                # An event is dated when the portal saw the change (Slurm's own times are
+                # on the job): the timeline then never runs backwards.
+                events.append(JobEvent(job_id=job_id, at=now, state=state, detail=detail))
         updated = _update_jobs(updates, now=now)
         JobEvent.objects.bulk_create(
             [event for event in events if event.job_id in updated], batch_size=2000
@@ -166,12 +154,70 @@ def queue_apply(*, cluster: Cluster, entries: Iterable[QueueEntry]) -> QueueSync
         if not ClusterSync.objects.filter(cluster=cluster).update(queue_synced_at=now):
             ClusterSync.objects.get_or_create(cluster=cluster, defaults={"queue_synced_at": now})
     for job_id in updated & starts.keys():
-        submitted_s, started_at = starts[job_id]
-        start_observed(
-            cluster=cluster.name, submitted_at=_from_epoch_s(submitted_s), started_at=started_at
-        )
+        submitted_at, started_at = starts[job_id]
+        start_observed(cluster=cluster.name, submitted_at=submitted_at, started_at=started_at)
     result.changed = len(updated)
     return result
+
+
+# The listing goes in by a binary COPY to a temporary table (the session's own, emptied
+# at commit), and one statement compares it with the cluster's unfinished jobs: only the
+# jobs that differ (with what they would become) and those no longer listed come back;
+# the unchanged ones are neither sent to Python nor touched. Times are compared to the
+# second, Slurm's own resolution. The listing's key makes a look-up in it an index probe
+# whatever the planner believes of the cluster's rows (a cluster newer than the table's
+# statistics is estimated at one job).
+_LISTING_TABLE = """
+CREATE TEMPORARY TABLE IF NOT EXISTS queue_listing (
+    slurm_job_id bigint NOT NULL,
+    is_array boolean NOT NULL,
+    state text NOT NULL,
+    slurm_state text NOT NULL,
+    reason text NOT NULL,
+    started_at timestamptz,
+    expected_start_at timestamptz,
+    queue_place integer,
+    PRIMARY KEY (slurm_job_id, is_array)
+) ON COMMIT DELETE ROWS
+"""
+_LISTING_TYPES = ["int8", "bool", "text", "text", "text", "timestamptz", "timestamptz", "int4"]
+_DIFFERING_SQL = """
+SELECT job.id, listed.slurm_job_id IS NOT NULL, job.state, listed.state,
+       listed.slurm_state, listed.reason,
+       COALESCE(listed.started_at, job.started_at), listed.expected_start_at,
+       listed.queue_place, job.started_at IS NULL, job.submitted_at
+FROM {jobs} AS job
+LEFT JOIN queue_listing AS listed
+    ON listed.slurm_job_id = job.slurm_job_id AND listed.is_array = (job."array" <> '')
+WHERE job.cluster_id = %(cluster)s AND job.state = ANY(%(in_slurm)s)
+  AND job.slurm_job_id IS NOT NULL
+  AND (listed.slurm_job_id IS NULL
+       OR (job.state, job.slurm_state, job.reason, date_trunc('second', job.started_at),
+           date_trunc('second', job.expected_start_at), job.queue_place)
+          IS DISTINCT FROM
+          (listed.state, listed.slurm_state, listed.reason,
+           date_trunc('second', COALESCE(listed.started_at, job.started_at)),
+           date_trunc('second', listed.expected_start_at), listed.queue_place))
+"""
+
+
+def _differing(cluster: Cluster, snapshot: list[tuple]) -> list[tuple]:
+    """The cluster's unfinished jobs that the listing changes or no longer lists (see
+    ``_DIFFERING_SQL``); inside the caller's transaction (the listing lives until its
+    commit)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_LISTING_TABLE)
+        # Empty already, unless a listing was copied earlier in the same transaction.
+        cursor.execute("DELETE FROM queue_listing")
+        with cursor.copy("COPY queue_listing FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(_LISTING_TYPES)
+            for row in snapshot:
+                copy.write_row(row)
+        cursor.execute(
+            _DIFFERING_SQL.format(jobs=Job._meta.db_table),  # the table name is ours
+            {"cluster": cluster.pk, "in_slurm": [str(state) for state in IN_SLURM]},
+        )
+        return cursor.fetchall()
 
 
 def _update_jobs(rows: list[tuple], *, now: dt.datetime) -> set[int]:
