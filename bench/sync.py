@@ -12,25 +12,37 @@ the median of several rounds (one of each kind per round, so a change in the
 machine's load hits all alike), the changed jobs reset and vacuumed (as
 autovacuum would) before each apply:
 
-- parse: `parse_squeue(text)` alone, the raw queue listing (the baseline);
+- parse: `parse_squeue(text)` alone;
 - apply: `queue_apply(cluster, entries)` alone, with the queries it issues and
-  the plan of its read of the unfinished jobs (the partial index job_unfinished);
-- cycle: parse and apply, one after the other, as a sync does.
+  the plans of its comparison of the listing with the unfinished jobs (the partial
+  index job_unfinished) and of its UPDATE;
+- cycle: parse and apply, one after the other;
 - apply once more right after a cycle, when nothing has changed (what most
-  syncs of a quiet queue cost).
+  syncs of a quiet queue cost);
+- the whole `queue_sync` of the snapshot's text (a client whose listing is the text,
+  read from a file), with the cluster's status not due and due (no nodes), its
+  queries, and the peak memory (RSS) of one such sync in a fresh process.
 
 On each dev cluster whose slurmctld is up (portal-dev on the host's Slurm, portal-next
 on the other Debian release's, `bench/dev_clusters.py`) it also times a real `squeue` in
 the adapter's format on whatever that cluster has queued, for reference only.
 
 With `--live` it also queues as many held jobs on each of those clusters (as root, in
-an account of its own, cancelled at the end) and times the raw `squeue`
-listing of them: the issue's baseline, per Slurm version. The live cycle is the adapter's
-`queue()` (squeue + parse) plus apply; its ratio to the raw listing is
-`sync_vs_listing_ratio`.
+an account of its own, cancelled at the end), moves as many of the database's unfinished
+jobs to a cluster row of that name with the live jobs' Slurm ids, and times, round after
+round, the raw `squeue` listing of them (the issue's baseline, per Slurm version) beside
+whole `queue_sync` runs through the cli adapter: a tenth of the jobs changed (half of
+them a new state and event), with the status due and not, and nothing changed; with the
+queries of one sync and the peak RSS of one sync in a fresh process. A queue that does not
+fit under a cluster's `MaxJobCount` (raising it needs a slurmctld restart, which a bench
+must not do to the shared dev stack: `MaxJobCount=110000` in `dev/slurm/slurm.conf.in`,
+then `dev/stack stop && dev/stack start`) is skipped; `--listing-ms` then gives the raw
+listing's time for the ratio. Every figure is printed against the issue's targets with
+the load average at the start and at the end.
 
     .venv/bin/python bench/sync.py [--jobs 1000000] [--queued 10000] [--changed 1000] [--repeat 7]
-                                   [--profile]  (cProfile of one apply)  [--live]
+                                   [--profile]  (cProfile of one whole sync)  [--live]
+                                   [--listing-ms MS]
 
 Needs only PostgreSQL on 127.0.0.1:5432 (user postgres, trust auth).
 """
@@ -44,7 +56,6 @@ import io
 import json
 import os
 import pstats
-import resource
 import statistics
 import subprocess
 import sys
@@ -428,10 +439,18 @@ def one_sync(cluster_name: str, target: str) -> None:
         client = SnapshotClient(Path(target[5:]))
     else:
         client = dev_clusters(target)[0].tools
-    loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    loaded = peak_rss_mb()
     queue_sync(cluster=cluster, client=client)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"loaded_rss_mb": round(loaded, 1), "peak_rss_mb": round(peak, 1)}))
+    print(json.dumps({"loaded_rss_mb": round(loaded, 1), "peak_rss_mb": round(peak_rss_mb(), 1)}))
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS since its exec (VmHWM). Not getrusage's ru_maxrss: Linux
+    keeps that across fork and exec, so a child would report its parent's peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 class SnapshotClient:
