@@ -120,37 +120,23 @@ def queue_apply(*, cluster: Cluster, entries: Iterable[QueueEntry]) -> QueueSync
     now = timezone.now()
     snapshot = _snapshot(entries)
     result = QueueSyncResult()
-    updates: list[tuple] = []
-    events: list[JobEvent] = []
+    updates: list[tuple[int, str]] = []
     starts: dict[int, tuple[dt.datetime | None, dt.datetime]] = {}  # job id → (submitted, started)
     with transaction.atomic():
         # Derived from Slurm and written again by the next sync if lost: a crash may
         # drop this commit, so it need not wait for the disk (the ledger's commits do).
         with connection.cursor() as cursor:
             cursor.execute("SET LOCAL synchronous_commit = off")
-        for (
-            job_id, listed, read_state, state, slurm_state, reason, started_at, expected_at,
-            place, unstarted, submitted_at,
-        ) in _differing(cluster, snapshot):  # fmt: skip
+        for job_id, listed, read_state, state, started_at, unstarted, submitted_at in _differing(
+            cluster, snapshot
+        ):
             if not listed:
                 result.vanished.append(job_id)
                 continue
-            ended_at = now if state in TERMINAL_VALUES else None
             if unstarted and started_at is not None and state != JobState.PENDING:
                 starts[job_id] = (submitted_at, started_at)
-            updates.append(
-                (job_id, read_state, state, slurm_state, reason, started_at, ended_at,
-                 expected_at, place)
-            )  # fmt: skip
-            if state != read_state:
-                detail = f"Slurm: {slurm_state}" + (f" ({reason})" if reason else "")
-                # An event is dated when the portal saw the change (Slurm's own times are
-                # on the job): the timeline then never runs backwards.
-                events.append(JobEvent(job_id=job_id, at=now, state=state, detail=detail))
+            updates.append((job_id, read_state))
         updated = _update_jobs(updates, now=now)
-        JobEvent.objects.bulk_create(
-            [event for event in events if event.job_id in updated], batch_size=2000
-        )
         if not ClusterSync.objects.filter(cluster=cluster).update(queue_synced_at=now):
             ClusterSync.objects.get_or_create(cluster=cluster, defaults={"queue_synced_at": now})
     for job_id in updated & starts.keys():
@@ -183,9 +169,7 @@ CREATE TEMPORARY TABLE IF NOT EXISTS queue_listing (
 _LISTING_TYPES = ["int8", "bool", "text", "text", "text", "timestamptz", "timestamptz", "int4"]
 _DIFFERING_SQL = """
 SELECT job.id, listed.slurm_job_id IS NOT NULL, job.state, listed.state,
-       listed.slurm_state, listed.reason,
-       COALESCE(listed.started_at, job.started_at), listed.expected_start_at,
-       listed.queue_place, job.started_at IS NULL, job.submitted_at
+       COALESCE(listed.started_at, job.started_at), job.started_at IS NULL, job.submitted_at
 FROM {jobs} AS job
 LEFT JOIN queue_listing AS listed
     ON listed.slurm_job_id = job.slurm_job_id AND listed.is_array = (job."array" <> '')
@@ -220,9 +204,10 @@ def _differing(cluster: Cluster, snapshot: list[tuple]) -> list[tuple]:
         return cursor.fetchall()
 
 
-def _update_jobs(rows: list[tuple], *, now: dt.datetime) -> set[int]:
-    """One UPDATE … FROM unnest(…) for every changed job; Django's bulk_update would
-    build a CASE per column and row, which is slower by an order of magnitude.
+def _update_jobs(rows: list[tuple[int, str]], *, now: dt.datetime) -> set[int]:
+    """Write the changed jobs (id, state compared with) as the listing, still in
+    ``queue_listing``, has them, and an event for each whose state changed: one
+    statement, however many jobs.
 
     Each row carries the state the listing was compared with, and a job is changed only
     while it still has that state: accounting finishes jobs under its own lock, and a
@@ -231,30 +216,46 @@ def _update_jobs(rows: list[tuple], *, now: dt.datetime) -> set[int]:
     committed, so a job locked meanwhile is skipped too. The ids changed are returned."""
     if not rows:
         return set()
-    columns = [list(column) for column in zip(*rows, strict=True)]
-    table = Job._meta.db_table
+    ids, read_states = (list(column) for column in zip(*rows, strict=True))
     with connection.cursor() as cursor:
         cursor.execute(
-            f"""
-            UPDATE {table} AS job SET
-                state = change.state,
-                slurm_state = change.slurm_state,
-                reason = change.reason,
-                started_at = change.started_at,
-                ended_at = COALESCE(job.ended_at, change.ended_at),
-                expected_start_at = change.expected_start_at,
-                queue_place = change.queue_place,
-                updated_at = %s
-            FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[],
-                        %s::timestamptz[], %s::timestamptz[], %s::timestamptz[], %s::int[])
-                AS change(id, read_state, state, slurm_state, reason, started_at, ended_at,
-                          expected_start_at, queue_place)
-            WHERE job.id = change.id AND job.state = change.read_state
-            RETURNING job.id
-            """,  # noqa: S608 — the table name is ours, every value a parameter
-            [now, *columns],
-        )
+            _UPDATE_SQL.format(jobs=Job._meta.db_table, events=JobEvent._meta.db_table),
+            {
+                "ids": ids, "read_states": read_states, "now": now,
+                "terminal": sorted(TERMINAL_VALUES),
+            },
+        )  # fmt: skip
         return {row[0] for row in cursor.fetchall()}
+
+
+_UPDATE_SQL = """
+WITH written AS (
+    UPDATE {jobs} AS job SET
+        state = listed.state,
+        slurm_state = listed.slurm_state,
+        reason = listed.reason,
+        started_at = COALESCE(listed.started_at, job.started_at),
+        ended_at = COALESCE(job.ended_at,
+                            CASE WHEN listed.state = ANY(%(terminal)s) THEN %(now)s END),
+        expected_start_at = listed.expected_start_at,
+        queue_place = listed.queue_place,
+        updated_at = %(now)s
+    FROM unnest(%(ids)s::bigint[], %(read_states)s::text[]) AS change(id, read_state),
+         queue_listing AS listed
+    WHERE job.id = change.id AND job.state = change.read_state
+      AND listed.slurm_job_id = job.slurm_job_id AND listed.is_array = (job."array" <> '')
+    RETURNING job.id, change.read_state, listed.state, listed.slurm_state, listed.reason
+), events AS (
+    -- An event is dated when the portal saw the change (Slurm's own times are on the
+    -- job): the timeline then never runs backwards.
+    INSERT INTO {events} (job_id, at, state, detail)
+    SELECT id, %(now)s, state,
+           'Slurm: ' || slurm_state || CASE WHEN reason <> '' THEN ' (' || reason || ')'
+                                            ELSE '' END
+    FROM written WHERE state <> read_state
+)
+SELECT id FROM written
+"""
 
 
 def queue_sync(*, cluster: Cluster, client: SlurmClient | None = None) -> QueueSyncResult:
