@@ -1,10 +1,10 @@
 """What Slurm's queue says, applied to the portal every few seconds.
 
-The queue sync reads one listing per cluster and writes only the jobs whose
-state, Slurm state, reason or start time changed — one UPDATE for all of them
-and one INSERT for their events, however many jobs there are. A job that left
-the queue is not assumed to have finished: accounting (``jobs.accounting``) says
-how it ended.
+The queue sync reads one listing per cluster, copies it to PostgreSQL and compares
+it there with the stored jobs; it writes only the jobs whose state, Slurm state,
+reason, start, expected start or queue place changed, with their events — the same
+few statements however many jobs there are. A job that left the queue is not
+assumed to have finished: accounting (``jobs.accounting``) says how it ended.
 """
 
 import datetime as dt
@@ -80,10 +80,10 @@ class _QueuePlaces:
 
 
 def _snapshot(entries: Iterable[QueueEntry]) -> list[tuple]:
-    """The listing as the rows ``_apply_snapshot`` copies to the database: one per plain
-    job and one per array that has a task queued or running (its ``_array_view``), keyed
-    by Slurm id and whether it is an array; what the portal would store of it (state, Slurm state,
-    reason, start, and for a pending job its expected start and place)."""
+    """The listing as the rows ``_differing`` copies to the database: one per plain job
+    and one per array that has a task queued or running (its ``_array_view``), keyed by
+    Slurm id and whether it is an array; what the portal would store of it (state, Slurm
+    state, reason, start, and for a pending job its expected start and place)."""
     plain: dict[int, QueueEntry] = {}
     arrays: dict[int, list[QueueEntry]] = defaultdict(list)
     places = _QueuePlaces()
