@@ -24,6 +24,7 @@ over from it).
 """
 
 import datetime as dt
+import functools
 import re
 from collections import Counter, defaultdict
 from typing import Any
@@ -108,6 +109,11 @@ def array_task_count(spec: str | None) -> int:
     return max(count, 1)
 
 
+@functools.lru_cache(maxsize=4096)  # running jobs share their node lists, poll after poll
+def _hosts(hostlist: str) -> tuple[str, ...]:
+    return tuple(expand_hostlist(hostlist))
+
+
 def held_gpus(queue: list[QueueEntry]) -> dict[str, int]:
     """GPUs each node has held by the jobs of ``queue`` that hold their nodes: a job's
     GPUs shared evenly among its nodes (as a per-node request is)."""
@@ -115,7 +121,7 @@ def held_gpus(queue: list[QueueEntry]) -> dict[str, int]:
     for entry in queue:
         if entry.state not in HOLDING or not entry.gpus or not entry.nodes:
             continue
-        names = expand_hostlist(entry.nodes)
+        names = _hosts(entry.nodes)
         share, extra = divmod(entry.gpus, len(names))
         for index, name in enumerate(names):
             held[name] += share + (1 if index < extra else 0)
@@ -131,7 +137,7 @@ def stuck_gpus(nodes: list[NodeInfo], queue: list[QueueEntry]) -> dict[str, tupl
         name
         for entry in queue
         if entry.state in HOLDING and not entry.gpus_known and entry.nodes
-        for name in expand_hostlist(entry.nodes)
+        for name in _hosts(entry.nodes)
     }
     return {
         node.name: (node.allocated_gpus, held.get(node.name, 0))
@@ -156,17 +162,19 @@ def status_snapshot(
     partitions: dict[str, Json] = {}
 
     def partition(name: str) -> Json:
-        return partitions.setdefault(
-            name,
-            {
+        # Called for every job of the queue: the new partition's counters are made
+        # only when it is new.
+        one = partitions.get(name)
+        if one is None:
+            one = partitions[name] = {
                 "gpus": Counter(total=0, in_use=0, idle=0, unavailable=0),
                 "gpu_types": defaultdict(Counter),
                 "nodes_by_state": Counter(),
                 "pending_jobs": 0,
                 "pending_gpus": 0,
                 "running_jobs": 0,
-            },
-        )
+            }
+        return one
 
     node_rows = []
     for node in nodes:

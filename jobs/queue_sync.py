@@ -1,10 +1,10 @@
 """What Slurm's queue says, applied to the portal every few seconds.
 
-The queue sync reads one listing per cluster and writes only the jobs whose
-state, Slurm state, reason or start time changed — one UPDATE for all of them
-and one INSERT for their events, however many jobs there are. A job that left
-the queue is not assumed to have finished: accounting (``jobs.accounting``) says
-how it ended.
+The queue sync reads one listing per cluster, copies it to PostgreSQL and compares
+it there with the stored jobs; it writes only the jobs whose state, Slurm state,
+reason, start, expected start or queue place changed, with their events — the same
+few statements however many jobs there are. A job that left the queue is not
+assumed to have finished: accounting (``jobs.accounting``) says how it ended.
 """
 
 import datetime as dt
@@ -15,8 +15,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django.db import connection, transaction
-from django.db.models import BigIntegerField
-from django.db.models.functions import Cast, Extract
 from django.utils import timezone
 
 from clusters.models import Cluster
@@ -81,102 +79,135 @@ class _QueuePlaces:
         return ahead[bisect_left(keys, -entry.priority)] + 1
 
 
-def _epoch_s(at: dt.datetime | None) -> int | None:
-    return int(at.timestamp()) if at else None
-
-
-def _from_epoch_s(seconds: int | None) -> dt.datetime | None:
-    return dt.datetime.fromtimestamp(seconds, dt.UTC) if seconds is not None else None
-
-
-def queue_apply(*, cluster: Cluster, entries: Iterable[QueueEntry]) -> QueueSyncResult:
-    """Apply one queue listing to the cluster's unfinished portal jobs."""
-    now = timezone.now()
+def _snapshot(entries: Iterable[QueueEntry]) -> list[tuple]:
+    """The listing as the rows ``_differing`` copies to the database: one per plain job
+    and one per array that has a task queued or running (its ``_array_view``), keyed by
+    Slurm id and whether it is an array; what the portal would store of it (state, Slurm
+    state, reason, start, and for a pending job its expected start and place)."""
     plain: dict[int, QueueEntry] = {}
     arrays: dict[int, list[QueueEntry]] = defaultdict(list)
     places = _QueuePlaces()
-    entry: QueueEntry | None
+    pending_state = SlurmJobState.PENDING
     for entry in entries:
         if entry.array_job_id is None:
             plain[entry.job_id] = entry
         else:
             arrays[entry.array_job_id].append(entry)
-        if entry.state is SlurmJobState.PENDING:
+        if entry.state is pending_state:
             places.add(entry)
-
-    # Times are read as whole epoch seconds (Slurm's own resolution): turning 10,000
-    # timestamps into aware datetimes costs more than the query itself.
-    unfinished = (
-        Job.objects.filter(cluster=cluster, state__in=IN_SLURM, slurm_job_id__isnull=False)
-        .order_by()
-        .annotate(
-            started_s=Cast(Extract("started_at", "epoch"), BigIntegerField()),
-            expected_s=Cast(Extract("expected_start_at", "epoch"), BigIntegerField()),
-            submitted_s=Cast(Extract("submitted_at", "epoch"), BigIntegerField()),
-        )
-        .values_list(
-            "id", "slurm_job_id", "state", "slurm_state", "reason", "started_s", "array",
-            "expected_s", "queue_place", "submitted_s",
-        )
-    )  # fmt: skip
-    result = QueueSyncResult()
-    updates: list[tuple] = []
-    events: list[JobEvent] = []
-    starts: dict[int, tuple[int | None, dt.datetime]] = {}  # job id → (submitted_s, started)
-    for (
-        job_id, slurm_job_id, state, slurm_state, reason, started_s, array, expected_s, place,
-        submitted_s,
-    ) in unfinished:  # fmt: skip
-        assert slurm_job_id is not None  # filtered on
-        entry = _array_view(arrays.get(slurm_job_id, [])) if array else plain.get(slurm_job_id)
-        if entry is None:
-            result.vanished.append(job_id)
-            continue
-        new_state = PORTAL_VALUE_OF[entry.state]
-        if array and new_state in TERMINAL_VALUES:
-            continue
-        pending = new_state == JobState.PENDING
-        new = (
-            new_state,
-            str(entry.state),
-            _reason(entry),
-            _epoch_s(entry.started_at) or started_s,
-            _epoch_s(entry.expected_start_at) if pending else None,
-            places.place(entry) if pending else None,
-        )
-        if new == (state, slurm_state, reason, started_s, expected_s, place):
-            continue
-        ended_at = now if new_state in TERMINAL_VALUES else None
-        if started_s is None and entry.started_at is not None and not pending:
-            starts[job_id] = (submitted_s, entry.started_at)
-        updates.append(
-            (job_id, state, *new[:3], entry.started_at or _from_epoch_s(started_s), ended_at,
-             _from_epoch_s(new[4]), new[5])
+    keyed = [(slurm_job_id, False, entry) for slurm_job_id, entry in plain.items()]
+    for array_job_id, tasks in arrays.items():
+        view = _array_view(tasks)
+        if view is not None:
+            keyed.append((array_job_id, True, view))
+    rows: list[tuple] = []
+    append, portal_value, pending_value = rows.append, PORTAL_VALUE_OF, str(JobState.PENDING)
+    for slurm_job_id, array, entry in keyed:
+        state = portal_value[entry.state]
+        if state == pending_value:
+            expected, place = entry.expected_start_at, places.place(entry)
+        else:
+            expected = place = None
+        append(
+            (slurm_job_id, array, state, entry.state.value, _reason(entry), entry.started_at,
+             expected, place)
         )  # fmt: skip
-        if new_state != state:
-            detail = f"Slurm: {entry.state}" + (f" ({new[2]})" if new[2] else "")
-            # An event is dated when the portal saw the change (Slurm's own times are on
-            # the job): the timeline then never runs backwards.
-            events.append(JobEvent(job_id=job_id, at=now, state=new_state, detail=detail))
+    return rows
+
+
+def queue_apply(*, cluster: Cluster, entries: Iterable[QueueEntry]) -> QueueSyncResult:
+    """Apply one queue listing to the cluster's unfinished portal jobs."""
+    now = timezone.now()
+    snapshot = _snapshot(entries)
+    result = QueueSyncResult()
+    updates: list[tuple[int, str]] = []
+    starts: dict[int, tuple[dt.datetime | None, dt.datetime]] = {}  # job id → (submitted, started)
     with transaction.atomic():
+        # Derived from Slurm and written again by the next sync if lost: a crash may
+        # drop this commit, so it need not wait for the disk (the ledger's commits do).
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit = off")
+        for job_id, listed, read_state, state, started_at, unstarted, submitted_at in _differing(
+            cluster, snapshot
+        ):
+            if not listed:
+                result.vanished.append(job_id)
+                continue
+            if unstarted and started_at is not None and state != JobState.PENDING:
+                starts[job_id] = (submitted_at, started_at)
+            updates.append((job_id, read_state))
         updated = _update_jobs(updates, now=now)
-        JobEvent.objects.bulk_create(
-            [event for event in events if event.job_id in updated], batch_size=2000
-        )
         if not ClusterSync.objects.filter(cluster=cluster).update(queue_synced_at=now):
             ClusterSync.objects.get_or_create(cluster=cluster, defaults={"queue_synced_at": now})
     for job_id in updated & starts.keys():
-        submitted_s, started_at = starts[job_id]
-        start_observed(
-            cluster=cluster.name, submitted_at=_from_epoch_s(submitted_s), started_at=started_at
-        )
+        submitted_at, started_at = starts[job_id]
+        start_observed(cluster=cluster.name, submitted_at=submitted_at, started_at=started_at)
     result.changed = len(updated)
     return result
 
 
-def _update_jobs(rows: list[tuple], *, now: dt.datetime) -> set[int]:
-    """One UPDATE … FROM unnest(…) for every changed job; Django's bulk_update would
-    build a CASE per column and row, which is slower by an order of magnitude.
+# The listing goes in by a binary COPY to a temporary table (the session's own, emptied
+# at commit), and one statement compares it with the cluster's unfinished jobs: only the
+# jobs that differ (with what they would become) and those no longer listed come back;
+# the unchanged ones are neither sent to Python nor touched. Times are compared to the
+# second, Slurm's own resolution. The listing's key makes a look-up in it an index probe
+# whatever the planner believes of the cluster's rows (a cluster newer than the table's
+# statistics is estimated at one job).
+_LISTING_TABLE = """
+CREATE TEMPORARY TABLE IF NOT EXISTS queue_listing (
+    slurm_job_id bigint NOT NULL,
+    is_array boolean NOT NULL,
+    state text NOT NULL,
+    slurm_state text NOT NULL,
+    reason text NOT NULL,
+    started_at timestamptz,
+    expected_start_at timestamptz,
+    queue_place integer,
+    PRIMARY KEY (slurm_job_id, is_array)
+) ON COMMIT DELETE ROWS
+"""
+_LISTING_TYPES = ["int8", "bool", "text", "text", "text", "timestamptz", "timestamptz", "int4"]
+_DIFFERING_SQL = """
+SELECT job.id, listed.slurm_job_id IS NOT NULL, job.state, listed.state,
+       COALESCE(listed.started_at, job.started_at), job.started_at IS NULL, job.submitted_at
+FROM {jobs} AS job
+LEFT JOIN queue_listing AS listed
+    ON listed.slurm_job_id = job.slurm_job_id AND listed.is_array = (job."array" <> '')
+WHERE job.cluster_id = %(cluster)s AND job.state = ANY(%(in_slurm)s)
+  AND job.slurm_job_id IS NOT NULL
+  AND (listed.slurm_job_id IS NULL
+       OR (job.state, job.slurm_state, job.reason, date_trunc('second', job.started_at),
+           date_trunc('second', job.expected_start_at), job.queue_place)
+          IS DISTINCT FROM
+          (listed.state, listed.slurm_state, listed.reason,
+           date_trunc('second', COALESCE(listed.started_at, job.started_at)),
+           date_trunc('second', listed.expected_start_at), listed.queue_place))
+"""
+
+
+def _differing(cluster: Cluster, snapshot: list[tuple]) -> list[tuple]:
+    """The cluster's unfinished jobs that the listing changes or no longer lists (see
+    ``_DIFFERING_SQL``); inside the caller's transaction (the listing lives until its
+    commit)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_LISTING_TABLE)
+        # Empty already, unless a listing was copied earlier in the same transaction.
+        cursor.execute("DELETE FROM queue_listing")
+        with cursor.copy("COPY queue_listing FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(_LISTING_TYPES)
+            for row in snapshot:
+                copy.write_row(row)
+        cursor.execute(
+            _DIFFERING_SQL.format(jobs=Job._meta.db_table),  # the table name is ours
+            {"cluster": cluster.pk, "in_slurm": [str(state) for state in IN_SLURM]},
+        )
+        return cursor.fetchall()
+
+
+def _update_jobs(rows: list[tuple[int, str]], *, now: dt.datetime) -> set[int]:
+    """Write the changed jobs (id, state compared with) as the listing, still in
+    ``queue_listing``, has them, and an event for each whose state changed: one
+    statement, however many jobs.
 
     Each row carries the state the listing was compared with, and a job is changed only
     while it still has that state: accounting finishes jobs under its own lock, and a
@@ -185,30 +216,46 @@ def _update_jobs(rows: list[tuple], *, now: dt.datetime) -> set[int]:
     committed, so a job locked meanwhile is skipped too. The ids changed are returned."""
     if not rows:
         return set()
-    columns = [list(column) for column in zip(*rows, strict=True)]
-    table = Job._meta.db_table
+    ids, read_states = (list(column) for column in zip(*rows, strict=True))
     with connection.cursor() as cursor:
         cursor.execute(
-            f"""
-            UPDATE {table} AS job SET
-                state = change.state,
-                slurm_state = change.slurm_state,
-                reason = change.reason,
-                started_at = change.started_at,
-                ended_at = COALESCE(job.ended_at, change.ended_at),
-                expected_start_at = change.expected_start_at,
-                queue_place = change.queue_place,
-                updated_at = %s
-            FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[],
-                        %s::timestamptz[], %s::timestamptz[], %s::timestamptz[], %s::int[])
-                AS change(id, read_state, state, slurm_state, reason, started_at, ended_at,
-                          expected_start_at, queue_place)
-            WHERE job.id = change.id AND job.state = change.read_state
-            RETURNING job.id
-            """,  # noqa: S608 — the table name is ours, every value a parameter
-            [now, *columns],
-        )
+            _UPDATE_SQL.format(jobs=Job._meta.db_table, events=JobEvent._meta.db_table),
+            {
+                "ids": ids, "read_states": read_states, "now": now,
+                "terminal": sorted(TERMINAL_VALUES),
+            },
+        )  # fmt: skip
         return {row[0] for row in cursor.fetchall()}
+
+
+_UPDATE_SQL = """
+WITH written AS (
+    UPDATE {jobs} AS job SET
+        state = listed.state,
+        slurm_state = listed.slurm_state,
+        reason = listed.reason,
+        started_at = COALESCE(listed.started_at, job.started_at),
+        ended_at = COALESCE(job.ended_at,
+                            CASE WHEN listed.state = ANY(%(terminal)s) THEN %(now)s END),
+        expected_start_at = listed.expected_start_at,
+        queue_place = listed.queue_place,
+        updated_at = %(now)s
+    FROM unnest(%(ids)s::bigint[], %(read_states)s::text[]) AS change(id, read_state),
+         queue_listing AS listed
+    WHERE job.id = change.id AND job.state = change.read_state
+      AND listed.slurm_job_id = job.slurm_job_id AND listed.is_array = (job."array" <> '')
+    RETURNING job.id, change.read_state, listed.state, listed.slurm_state, listed.reason
+), events AS (
+    -- An event is dated when the portal saw the change (Slurm's own times are on the
+    -- job): the timeline then never runs backwards.
+    INSERT INTO {events} (job_id, at, state, detail)
+    SELECT id, %(now)s, state,
+           'Slurm: ' || slurm_state || CASE WHEN reason <> '' THEN ' (' || reason || ')'
+                                            ELSE '' END
+    FROM written WHERE state <> read_state
+)
+SELECT id FROM written
+"""
 
 
 def queue_sync(*, cluster: Cluster, client: SlurmClient | None = None) -> QueueSyncResult:

@@ -9,6 +9,9 @@ import datetime as dt
 import threading
 
 import pytest
+from django.db import connection
+from django.db.models import F
+from django.test.utils import CaptureQueriesContext
 
 from accounts import ledger
 from accounts.selectors import project_balance
@@ -16,11 +19,12 @@ from clusters.slurm.states import SlurmJobState
 from clusters.slurm.types import QueueEntry
 from jobs import queue_sync
 from jobs.accounting import accounting_ingest
-from jobs.models import Job
+from jobs.models import ClusterSync, Job, JobEvent
 from jobs.queue_sync import queue_apply
 from jobs.states import JobState
 from tests.factories import (
     blocked_on_a_lock,
+    bulk_jobs,
     in_thread,
     project_with_allocation,
     recorded_cluster,
@@ -175,3 +179,44 @@ def test_a_pending_job_gets_its_place_in_its_partition_and_slurms_expected_start
     queue_apply(cluster=cluster, entries=queue)
     job.refresh_from_db()
     assert (job.state, job.queue_place, job.expected_start_at) == (JobState.RUNNING, None, None)
+
+
+def statements(captured: CaptureQueriesContext) -> list[str]:
+    return [q["sql"] for q in captured.captured_queries if q["sql"] not in ("BEGIN", "COMMIT")]
+
+
+@pytest.mark.parametrize("jobs", [4, 400])
+def test_a_sync_takes_the_same_few_queries_however_many_jobs_it_writes(
+    cluster, project, alice, jobs
+):
+    bulk_jobs(
+        owner=alice, project=project, count=jobs, state=JobState.PENDING,
+        partition=cluster.partitions.first(),
+    )  # fmt: skip
+    Job.objects.filter(cluster=cluster).update(slurm_job_id=F("id") + 10_000)
+    ids = sorted(Job.objects.filter(cluster=cluster).values_list("slurm_job_id", flat=True))
+    started, waiting, gone = ids[: jobs // 2], ids[jobs // 2 : -1], ids[-1]
+    listing = [running(i) for i in started] + [pending(i, priority=i) for i in waiting]
+    ClusterSync.objects.create(cluster=cluster)
+
+    with CaptureQueriesContext(connection) as captured:
+        result = queue_apply(cluster=cluster, entries=listing)
+    # The listing copied into a temporary table (made if missing, emptied, one COPY) and
+    # compared with the stored jobs in one statement; one more writes the jobs and their
+    # events; the time of the sync (and synchronous_commit set).
+    assert len(statements(captured)) == 7, statements(captured)
+    assert result.changed == len(started) + len(waiting)  # started, or given a place
+    assert result.vanished == [Job.objects.get(slurm_job_id=gone).pk]
+    assert JobEvent.objects.filter(job__cluster=cluster, state=JobState.RUNNING).count() == len(
+        started
+    )
+    assert list(
+        Job.objects.filter(slurm_job_id__in=waiting).order_by("-slurm_job_id")
+        .values_list("queue_place", flat=True)
+    ) == list(range(1, len(waiting) + 1))  # fmt: skip
+
+    with CaptureQueriesContext(connection) as captured:
+        again = queue_apply(cluster=cluster, entries=listing)
+    assert len(statements(captured)) == 6, statements(captured)  # nothing to write
+    assert again.changed == 0
+    assert JobEvent.objects.filter(job__cluster=cluster).count() == len(started)
