@@ -292,8 +292,13 @@ def running_worker(*, beat: bool = False, concurrency: int = 2, queue: str = "",
         "DJANGO_SETTINGS_MODULE": "portal.settings",
         "PORTAL_DATABASE_URL": f"postgresql://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
         "PORTAL_TASK_QUEUE": queue,
-        # Its metrics beside the test process's, which /metrics adds up (portal.testenv).
-        "PROMETHEUS_MULTIPROC_DIR": os.path.join(os.environ["PORTAL_METRICS_DIR"], queue),
+        # Its metrics beside the test process's, which /metrics adds up (portal.testenv);
+        # in memory where no folder is set (the benches).
+        **(
+            {"PROMETHEUS_MULTIPROC_DIR": os.path.join(os.environ["PORTAL_METRICS_DIR"], queue)}
+            if os.environ.get("PORTAL_METRICS_DIR")
+            else {}
+        ),
         **(FAST_BEAT_ENV if beat else {}),
         **extra_env,
     }
