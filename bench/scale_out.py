@@ -39,16 +39,14 @@ import statistics
 import sys
 from pathlib import Path
 
-import httpx
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 # Points the settings at the bench's database and sets Django up.
 from bench import submit  # noqa: I001
-from bench import own_database, web_server
+from bench import own_database
 from bench.dev_stack import account_jobs_wait, slurm, wait_for_stack
 
 from accounts.tokens import token_create
-from tests.conftest import REPO, running_worker
+from tests.conftest import REPO
 
 WEB_LOG = REPO / "var" / "bench-scale-out-gunicorn.log"
 
@@ -74,18 +72,9 @@ def timed_runs(
     """The end-to-end and the workers-alone run with ``processes`` worker processes."""
     account = body["project"]
     runs = []
-    with (
-        running_worker(concurrency=processes) as (queue, hostname, worker),
-        web_server.serving(
-            workers=args.web_workers,
-            log=WEB_LOG,
-            PORTAL_TASK_QUEUE=queue,
-            PORTAL_API_RATE="off",
-            PORTAL_SLURM_MAX_SUBMIT_JOBS=str(max_jobs),
-        ) as (url, web),
-        httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as api,
-    ):
-        pids = submit.Processes(web=web.pid, worker=worker.pid)
+    with submit.portal_serving(
+        args, token, max_jobs=max_jobs, worker_processes=processes, web_log=WEB_LOG
+    ) as (api, queue, hostname, pids):
         # Every worker process warm (its connection open, its code loaded): at least two
         # jobs each.
         warmup = max(args.warmup, 2 * processes)

@@ -332,6 +332,34 @@ def api_body(request: JobRequest) -> dict:
     return {k: v for k, v in dataclasses.asdict(request).items() if v is not None}
 
 
+@contextlib.contextmanager
+def portal_serving(
+    args: argparse.Namespace,
+    token: str,
+    *,
+    max_jobs: int,
+    worker_processes: int = 2,
+    web_log: Path = WEB_LOG,
+) -> Iterator[tuple[httpx.Client, str, str, Processes]]:
+    """A worker (``worker_processes`` processes) and the web tier on the bench database,
+    and an API client with ``token``: (client, the worker's queue and hostname, their
+    processes)."""
+    with (
+        running_worker(concurrency=worker_processes) as (queue, hostname, worker),
+        # The web tier enqueues where the worker listens; the bench's own 100 jobs a second
+        # would be throttled by the API's rate limit for people.
+        web_server.serving(
+            workers=args.web_workers,
+            log=web_log,
+            PORTAL_TASK_QUEUE=queue,
+            PORTAL_API_RATE="off",
+            PORTAL_SLURM_MAX_SUBMIT_JOBS=str(max_jobs),
+        ) as (url, web),
+        httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as api,
+    ):
+        yield api, queue, hostname, Processes(web=web.pid, worker=worker.pid)
+
+
 def run(args: argparse.Namespace, account: str, workdir: Path) -> None:
     max_jobs = max_submit_jobs(args.warmup + 2 * args.jobs)
     _, user = setup(account, max_jobs=max_jobs)
@@ -348,22 +376,7 @@ def run(args: argparse.Namespace, account: str, workdir: Path) -> None:
 
         body = api_body(request)
         _, token = token_create(user=user, name="bench")
-        with (
-            running_worker() as (queue, hostname, worker),
-            # The web tier enqueues where the worker listens; the bench's own 100 jobs a second
-            # would be throttled by the API's rate limit for people.
-            web_server.serving(
-                workers=args.web_workers,
-                log=WEB_LOG,
-                PORTAL_TASK_QUEUE=queue,
-                PORTAL_API_RATE="off",
-                PORTAL_SLURM_MAX_SUBMIT_JOBS=str(max_jobs),
-            ) as (url, web),
-            httpx.Client(
-                base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60
-            ) as api,
-        ):
-            processes = Processes(web=web.pid, worker=worker.pid)
+        with portal_serving(args, token, max_jobs=max_jobs) as (api, queue, hostname, processes):
             # Each web and worker process warm: its connection open, its code loaded.
             portal_run(api, body, args.warmup, args.timeout, processes, clients=args.clients)
             clear(account)
