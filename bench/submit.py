@@ -94,11 +94,13 @@ from jobs.requests import JobRequest, job_prepare  # noqa: E402
 from jobs.states import JobState  # noqa: E402
 from jobs.submission import submit_request_for  # noqa: E402
 from portal.celery import app  # noqa: E402
-from tests.conftest import DEV_CLUSTER, running_worker  # noqa: E402
+from tests.conftest import DEV_CLUSTER, running_worker, through_slurmrestd  # noqa: E402
 from tests.slurm_accounts import DEV  # noqa: E402
 
 USER, PARTITION = "alice", "debug"
 TARGET_RATIO = 0.7
+# Issue 24: the portal's CPU per submitted job at most this many times raw sbatch's.
+TARGET_CPU_RATIO = 2.5
 WEB_LOG = REPO / "var" / "bench-submit-gunicorn.log"
 
 
@@ -138,6 +140,8 @@ class Processes:
             "workers": cpu_s(self.worker) if self.worker else 0.0,
             "postgres": named_cpu_s("postgres"),
             "slurmctld": named_cpu_s("slurmctld"),
+            # Busy only with the rest backend's submissions (and idle otherwise).
+            "slurmrestd": named_cpu_s("slurmrestd"),
         }
 
 
@@ -256,6 +260,11 @@ def main() -> None:
     parser.add_argument(
         "--web-workers", type=int, default=4, help="gunicorn sync workers (its advice: 2 a core)"
     )
+    parser.add_argument(
+        "--backend", choices=("cli", "rest"), default="cli",
+        help="how the workers submit: sbatch as the user, or slurmrestd (no process per job)",
+    )  # fmt: skip
+    parser.add_argument("--runs", type=int, default=1, help="runs in a row; medians printed")
     args = parser.parse_args()
     wait_for_stack(timeout_s=600)
     with account_and_workdir() as (account, workdir):
@@ -291,7 +300,7 @@ def max_submit_jobs(queued: int) -> int:
     return max(settings.SLURM_MAX_SUBMIT_JOBS, queued)
 
 
-def setup(account: str, *, max_jobs: int) -> tuple[Cluster, User]:
+def setup(account: str, *, max_jobs: int, backend: str = "cli") -> tuple[Cluster, User]:
     call_command("migrate", verbosity=0)
     cluster = cluster_register(name=DEV_CLUSTER)
     partitions_sync(cluster=cluster)
@@ -312,6 +321,9 @@ def setup(account: str, *, max_jobs: int) -> tuple[Cluster, User]:
         report = reconcile(cluster=cluster)
     if report.errors:
         raise SystemExit(f"reconcile failed: {report.errors}")
+    if backend == "rest":
+        # After the reconcile: Slurm 22.05's REST API cannot set an account's limits.
+        cluster = through_slurmrestd(cluster)
     return cluster, user
 
 
@@ -361,122 +373,189 @@ def portal_serving(
 
 
 def run(args: argparse.Namespace, account: str, workdir: Path) -> None:
-    max_jobs = max_submit_jobs(args.warmup + 2 * args.jobs)
-    _, user = setup(account, max_jobs=max_jobs)
+    max_jobs = max_submit_jobs(args.warmup + 2 * args.jobs * args.runs)
+    _, user = setup(account, max_jobs=max_jobs, backend=args.backend)
     request = job_request(account, workdir)
     # What the worker submits for such a job (the same rendered script and arguments).
     sbatch_request = submit_request_for(
         job_prepare(user=user, request=request, submit_token=str(uuid.uuid4()))
     )
-    with no_job_starts(PARTITION):
+    body = api_body(request)
+    _, token = token_create(user=user, name="bench")
+    figures = []
+    with (
+        no_job_starts(PARTITION),
+        portal_serving(args, token, max_jobs=max_jobs) as (api, queue, hostname, processes),
+    ):
         raw_run(sbatch_request, args.warmup)
+        # Each web and worker process warm: its connection open, its code loaded.
+        portal_run(api, body, args.warmup, args.timeout, processes, clients=args.clients)
         clear(account)
-        raw_before_s, raw_before, raw_cpu = raw_run(sbatch_request, args.jobs)
-        clear(account)
-
-        body = api_body(request)
-        _, token = token_create(user=user, name="bench")
-        with portal_serving(args, token, max_jobs=max_jobs) as (api, queue, hostname, processes):
-            # Each web and worker process warm: its connection open, its code loaded.
-            portal_run(api, body, args.warmup, args.timeout, processes, clients=args.clients)
-            clear(account)
-            portal = portal_run(api, body, args.jobs, args.timeout, processes, clients=args.clients)
-            clear(account)
-            workers = portal_run(
-                api, body, args.jobs, args.timeout, processes, clients=args.clients, paused=hostname
+        for number in range(1, args.runs + 1):
+            figures.append(
+                one_run(args, account, sbatch_request, api, body, processes, hostname, queue)
             )
-        clear(account)
-        raw_after_s, raw_after, _ = raw_run(sbatch_request, args.jobs)
+            print(f"--- run {number} of {args.runs}: {json.dumps(figures[-1])}", flush=True)
+    if args.runs == 1:
+        print_figures(args, figures[0])
+    else:
+        print(f"--- medians of {args.runs} runs")
+        medians = {
+            key: statistics.median(run[key] for run in figures)
+            for key, value in figures[0].items()
+            if isinstance(value, int | float)
+        }
+        print_figures(args, {**figures[0], **medians})
+        print(json.dumps({"medians": medians}))
+
+
+def one_run(
+    args: argparse.Namespace,
+    account: str,
+    sbatch_request: SubmitRequest,
+    api: httpx.Client,
+    body: dict,
+    processes: Processes,
+    hostname: str,
+    queue: str,
+) -> dict:
+    """Raw sbatch, the portal end to end, the workers alone, raw sbatch again: the figures."""
+    load_at_start = os.getloadavg()[0]
+    raw_before_s, raw_before, raw_cpu = raw_run(sbatch_request, args.jobs)
+    clear(account)
+    portal = portal_run(api, body, args.jobs, args.timeout, processes, clients=args.clients)
+    clear(account)
+    workers = portal_run(
+        api, body, args.jobs, args.timeout, processes, clients=args.clients, paused=hostname
+    )
+    clear(account)
+    raw_after_s, raw_after, raw_cpu_after = raw_run(sbatch_request, args.jobs)
+    clear(account)
     log = REPO / "var" / f"{queue}.log"
-    # The worker's own measure of each task, from its log ("… succeeded in 0.05s").
+    # The worker's own measure of each task, from its log ("… succeeded in 0.05s"), emptied
+    # for the next run.
     task_s = [float(t) for t in re.findall(r"succeeded in ([0-9.]+)s", log.read_text())]
-    log.unlink()
+    log.write_text("")
 
     sbatch_per_s = 2 * args.jobs / (raw_before_s + raw_after_s)
     portal_per_s = args.jobs / portal["elapsed_s"]
-    ratio = portal_per_s / sbatch_per_s
     raw_latencies = raw_before + raw_after
     recorded_ids = Job.objects.filter(slurm_job_id__isnull=False).values("slurm_job_id")
-    retried = Job.objects.filter(submit_attempts__gt=1).count()  # e.g. slurmctld was stopped
-    workers_per_s = args.jobs / workers["elapsed_s"]
-
-    def ms(values: list[float]) -> str:
-        return f"{statistics.median(values) * 1000:.0f} / {p95(values) * 1000:.0f} ms"
-
-    # The CPU the portal's processes spend on one job, and so the fastest its processes
-    # could go on this machine's cores even with nothing waiting on anything.
+    # The CPU the portal's processes spend on one job (slurmrestd's too: it submits for
+    # the rest backend), and so the fastest its processes could go on this machine's
+    # cores even with nothing waiting on anything.
     cpu = portal["cpu_ms"]
     portal_cpu_ms = sum(v for k, v in cpu.items() if k != "client")
+
+    def raw_mean(name: str) -> float:
+        return statistics.mean(one[name] for one in (raw_cpu, raw_cpu_after))
+
+    sbatch_cpu_ms = raw_mean("client") + raw_mean("slurmctld")
     cores = os.cpu_count() or 1
     ceiling_per_s = cores * 1000 / (portal_cpu_ms + cpu["client"])
+    return {
+        "backend": args.backend,
+        "jobs": args.jobs,
+        "load_at_start": round(load_at_start, 2),
+        "load_at_end": round(os.getloadavg()[0], 2),
+        "sbatch_s": [round(raw_before_s, 2), round(raw_after_s, 2)],
+        "sbatch_jobs_per_s": round(sbatch_per_s, 1),
+        "sbatch_p50_ms": round(statistics.median(raw_latencies) * 1000, 1),
+        "sbatch_p95_ms": round(p95(raw_latencies) * 1000, 1),
+        "portal_jobs_per_s": round(portal_per_s, 1),
+        "portal_create_s": round(portal["created_s"], 2),
+        "portal_elapsed_s": round(portal["elapsed_s"], 2),
+        "portal_p50_ms": round(statistics.median(portal["latencies"]) * 1000, 1),
+        "portal_p95_ms": round(p95(portal["latencies"]) * 1000, 1),
+        "portal_queue_wait_p50_ms": round(statistics.median(portal["waits"]) * 1000, 1),
+        "portal_queue_wait_p95_ms": round(p95(portal["waits"]) * 1000, 1),
+        "portal_worker_p50_ms": round(statistics.median(portal["submits"]) * 1000, 1),
+        "portal_worker_p95_ms": round(p95(portal["submits"]) * 1000, 1),
+        "portal_task_p50_ms": round(statistics.median(task_s) * 1000, 1),
+        "portal_task_p95_ms": round(p95(task_s) * 1000, 1),
+        "portal_workers_alone_s": round(workers["elapsed_s"], 2),
+        "portal_workers_alone_jobs_per_s": round(args.jobs / workers["elapsed_s"], 1),
+        # e.g. slurmctld was stopped
+        "portal_retried_submissions": Job.objects.filter(submit_attempts__gt=1).count(),
+        "portal_ids_recorded": recorded_ids.count(),
+        "portal_ids_distinct": recorded_ids.distinct().count(),
+        "sbatch_client_cpu_ms_per_job": round(
+            statistics.mean([raw_cpu["client"], raw_cpu_after["client"]]), 2
+        ),
+        "sbatch_slurmctld_cpu_ms_per_job": round(
+            statistics.mean([raw_cpu["slurmctld"], raw_cpu_after["slurmctld"]]), 2
+        ),
+        "sbatch_cpu_ms_per_job": round(sbatch_cpu_ms, 2),
+        "portal_web_cpu_ms_per_job": round(cpu["web"], 2),
+        "portal_workers_cpu_ms_per_job": round(cpu["workers"], 2),
+        "portal_postgres_cpu_ms_per_job": round(cpu["postgres"], 2),
+        "portal_slurmctld_cpu_ms_per_job": round(cpu["slurmctld"], 2),
+        "portal_slurmrestd_cpu_ms_per_job": round(cpu["slurmrestd"], 2),
+        "portal_client_cpu_ms_per_job": round(cpu["client"], 2),
+        "portal_cpu_ms_per_job": round(portal_cpu_ms, 2),
+        "portal_vs_sbatch_cpu_ratio": round(portal_cpu_ms / sbatch_cpu_ms, 2),
+        "cpu_ratio_target": TARGET_CPU_RATIO,
+        "cores": cores,
+        "portal_cpu_ceiling_jobs_per_s": round(ceiling_per_s, 1),
+        "portal_ceiling_vs_sbatch_ratio": round(ceiling_per_s / sbatch_per_s, 2),
+        "portal_machine_busy": round(portal["busy"], 2),
+        "portal_vs_sbatch_ratio": round(portal_per_s / sbatch_per_s, 2),
+        "ratio_target": TARGET_RATIO,
+        "workers": 2,
+        "web_workers": args.web_workers,
+    }
 
+
+def print_figures(args: argparse.Namespace, f: dict) -> None:
+    def met(value: float, target: float, *, at_most: bool) -> str:
+        return "met" if (value <= target if at_most else value >= target) else "MISSED"
+
+    cores = f["cores"]
     rows = [
-        ("load average (1 min) at the end", f"{os.getloadavg()[0]:.2f}"),
+        ("backend", f["backend"]),
+        ("load (1 min) at start / end", f"{f['load_at_start']:.2f} / {f['load_at_end']:.2f}"),
         ("jobs per run", f"{args.jobs}"),
-        ("Slurm account", account),
-        ("raw sbatch, first run", f"{raw_before_s:.2f} s"),
-        ("raw sbatch, second run", f"{raw_after_s:.2f} s"),
-        ("raw sbatch, jobs/s", f"{sbatch_per_s:.1f}"),
-        ("raw sbatch, p50 / p95 per job", ms(raw_latencies)),
-        ("portal, the create calls alone", f"{portal['created_s']:.2f} s"),
-        ("portal, first create → last id recorded", f"{portal['elapsed_s']:.2f} s"),
-        ("portal (2 workers), jobs/s", f"{portal_per_s:.1f}"),
-        ("portal, p50 / p95 create → id recorded", ms(portal["latencies"])),
-        ("  create → claimed by a worker", ms(portal["waits"])),
-        ("  claimed → id recorded (sbatch inside)", ms(portal["submits"])),
-        ("  worker's task time (its log)", ms(task_s)),
-        ("portal, workers alone (jobs queued first)", f"{workers['elapsed_s']:.2f} s"),
-        ("portal, workers alone, jobs/s", f"{workers_per_s:.1f}"),
+        ("raw sbatch, jobs/s", f"{f['sbatch_jobs_per_s']:.1f}"),
+        ("raw sbatch, p50 / p95 per job",
+         f"{f['sbatch_p50_ms']:.0f} / {f['sbatch_p95_ms']:.0f} ms"),
+        ("portal, the create calls alone", f"{f['portal_create_s']:.2f} s"),
+        ("portal, first create → last id recorded", f"{f['portal_elapsed_s']:.2f} s"),
+        ("portal (2 workers), jobs/s", f"{f['portal_jobs_per_s']:.1f}"),
+        ("portal, p50 / p95 POST → Slurm id recorded",
+         f"{f['portal_p50_ms']:.0f} / {f['portal_p95_ms']:.0f} ms"),
+        ("  POST → claimed by a worker",
+         f"{f['portal_queue_wait_p50_ms']:.0f} / {f['portal_queue_wait_p95_ms']:.0f} ms"),
+        ("  claimed → id recorded (the submission)",
+         f"{f['portal_worker_p50_ms']:.0f} / {f['portal_worker_p95_ms']:.0f} ms"),
+        ("  worker's task time (its log)",
+         f"{f['portal_task_p50_ms']:.0f} / {f['portal_task_p95_ms']:.0f} ms"),
+        ("portal, workers alone, jobs/s", f"{f['portal_workers_alone_jobs_per_s']:.1f}"),
         ("CPU per job, raw: runuser+sbatch / slurmctld",
-         f"{raw_cpu['client']:.1f} / {raw_cpu['slurmctld']:.1f} ms"),
-        ("CPU per job, portal: web tier", f"{cpu['web']:.1f} ms"),
-        ("  workers (with their runuser+sbatch)", f"{cpu['workers']:.1f} ms"),
-        ("  PostgreSQL / slurmctld", f"{cpu['postgres']:.1f} / {cpu['slurmctld']:.1f} ms"),
-        ("  the portal's processes in all", f"{portal_cpu_ms:.1f} ms"),
-        ("  the HTTP client (this process)", f"{cpu['client']:.1f} ms"),
-        (f"  the machine's {cores} cores busy", f"{portal['busy']:.0%}"),
+         f"{f['sbatch_client_cpu_ms_per_job']:.1f} / "
+         f"{f['sbatch_slurmctld_cpu_ms_per_job']:.1f} ms"),
+        ("CPU per job, portal: web tier", f"{f['portal_web_cpu_ms_per_job']:.1f} ms"),
+        ("  workers (with their runuser+sbatch)", f"{f['portal_workers_cpu_ms_per_job']:.1f} ms"),
+        ("  PostgreSQL / slurmctld / slurmrestd",
+         f"{f['portal_postgres_cpu_ms_per_job']:.1f} / {f['portal_slurmctld_cpu_ms_per_job']:.1f}"
+         f" / {f['portal_slurmrestd_cpu_ms_per_job']:.1f} ms"),
+        ("  the portal's processes in all", f"{f['portal_cpu_ms_per_job']:.1f} ms"),
+        ("  the HTTP client (this process)", f"{f['portal_client_cpu_ms_per_job']:.1f} ms"),
+        ("portal CPU / raw sbatch CPU per job", f"{f['portal_vs_sbatch_cpu_ratio']:.2f}"),
+        (f"  CPU ratio target (<= {TARGET_CPU_RATIO:g})",
+         met(f["portal_vs_sbatch_cpu_ratio"], TARGET_CPU_RATIO, at_most=True)),
+        (f"  the machine's {cores} cores busy", f"{f['portal_machine_busy']:.0%}"),
         (f"  ceiling on {cores} cores: jobs/s (ratio)",
-         f"{ceiling_per_s:.1f} ({ceiling_per_s / sbatch_per_s:.2f})"),
-        ("portal / sbatch ratio", f"{ratio:.2f}"),
-        (f"  ratio target (>= {TARGET_RATIO:g})", "met" if ratio >= TARGET_RATIO else "MISSED"),
-        ("portal jobs with a Slurm id / distinct ids", f"{recorded_ids.count()} / "
-                                                      f"{recorded_ids.distinct().count()}"),
-        ("submissions tried more than once", f"{retried}"),
+         f"{f['portal_cpu_ceiling_jobs_per_s']:.1f} ({f['portal_ceiling_vs_sbatch_ratio']:.2f})"),
+        ("portal / sbatch jobs/s ratio", f"{f['portal_vs_sbatch_ratio']:.2f}"),
+        (f"  ratio target (>= {TARGET_RATIO:g})",
+         met(f["portal_vs_sbatch_ratio"], TARGET_RATIO, at_most=False)),
+        ("portal jobs with a Slurm id / distinct ids",
+         f"{f['portal_ids_recorded']} / {f['portal_ids_distinct']}"),
+        ("submissions tried more than once", f"{f['portal_retried_submissions']}"),
     ]  # fmt: skip
     width = max(len(label) for label, _ in rows) + 2
     for label, value in rows:
         print(f"{label:<{width}}{value:>20}")
-    print(
-        json.dumps(
-            {
-                "jobs": args.jobs,
-                "sbatch_jobs_per_s": round(sbatch_per_s, 1),
-                "sbatch_p50_ms": round(statistics.median(raw_latencies) * 1000, 1),
-                "portal_jobs_per_s": round(portal_per_s, 1),
-                "portal_create_s": round(portal["created_s"], 2),
-                "portal_elapsed_s": round(portal["elapsed_s"], 2),
-                "portal_p50_ms": round(statistics.median(portal["latencies"]) * 1000, 1),
-                "portal_p95_ms": round(p95(portal["latencies"]) * 1000, 1),
-                "portal_queue_wait_p50_ms": round(statistics.median(portal["waits"]) * 1000, 1),
-                "portal_worker_p50_ms": round(statistics.median(portal["submits"]) * 1000, 1),
-                "portal_task_p50_ms": round(statistics.median(task_s) * 1000, 1),
-                "portal_workers_alone_jobs_per_s": round(workers_per_s, 1),
-                "portal_retried_submissions": retried,
-                "sbatch_cpu_ms_per_job": round(raw_cpu["client"] + raw_cpu["slurmctld"], 1),
-                "portal_web_cpu_ms_per_job": round(cpu["web"], 1),
-                "portal_workers_cpu_ms_per_job": round(cpu["workers"], 1),
-                "portal_postgres_cpu_ms_per_job": round(cpu["postgres"], 1),
-                "portal_cpu_ms_per_job": round(portal_cpu_ms, 1),
-                "cores": cores,
-                "portal_cpu_ceiling_jobs_per_s": round(ceiling_per_s, 1),
-                "portal_machine_busy": round(portal["busy"], 2),
-                "portal_vs_sbatch_ratio": round(ratio, 2),
-                "ratio_target": TARGET_RATIO,
-                "workers": 2,
-                "web_workers": args.web_workers,
-            }
-        )
-    )
 
 
 if __name__ == "__main__":

@@ -25,7 +25,14 @@ from accounts.models import AdoptedAccount
 from accounts.posix import posix_login_refusal
 from accounts.reconcile import NotThePortalsAccount, account_check
 from clusters.models import Cluster
-from clusters.slurm import SlurmClient, SlurmError, SlurmRejected, SlurmUnavailable, client_for
+from clusters.slurm import (
+    SlurmClient,
+    SlurmError,
+    SlurmRejected,
+    SlurmUnavailable,
+    client_for,
+    shared_client_for,
+)
 from clusters.slurm.types import SubmitRequest
 from jobs import dispatch, scripts, specs
 from jobs.actions import CANCEL
@@ -341,7 +348,7 @@ def job_submit(*, job_id: int) -> Job | None:
     job = _claim(job_id)
     if job is None:
         return None
-    client = client_for(job.cluster)
+    client = shared_client_for(job.cluster)
     posix_user = job.owner.posix_username
     try:
         if reason := paused(_unreachable_key(job.cluster_id)):

@@ -60,9 +60,12 @@ _shared: dict[tuple, SlurmClient] = {}
 
 
 def shared_client_for(cluster: Cluster) -> SlurmClient:
-    """One long-lived client per cluster and process, for the periodic queue listing: the
-    rest client then remembers its last answer and slurmrestd says 304 when nothing changed."""
+    """One long-lived client per cluster and process, for the periodic queue listing and
+    the submissions: the rest client then remembers its last answer (slurmrestd says 304
+    when nothing changed), keeps its connection, its users' tokens and the API version it
+    found, instead of asking for /openapi/v3 again for each job."""
     key = (
+        settings.SLURM_COMMAND_TIMEOUT_S,
         cluster.pk,
         cluster.backend,
         cluster.rest_url,
