@@ -12,7 +12,7 @@ unique per kind: a repeat finds the first entry and does nothing.
 import datetime as dt
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.translation import gettext as _
@@ -203,10 +203,22 @@ def ledger_hold(
     # has written nothing, and a hold that fails after its update fails the whole of what
     # it was for.
     with transaction.atomic(savepoint=False):
-        if (existing := _existing(LedgerEntry.Kind.HOLD, reference)) is not None:
+        # Whether the hold exists already and whether the allocation has caps, in one query.
+        held, capped = (
+            Allocation.objects.filter(pk=allocation.pk)
+            .annotate(
+                held=Exists(
+                    LedgerEntry.objects.filter(kind=LedgerEntry.Kind.HOLD, reference=reference)
+                ),
+                capped=Exists(MemberCap.objects.filter(allocation_id=OuterRef("pk"))),
+            )
+            .values_list("held", "capped")
+            .get()
+        )
+        if held and (existing := _existing(LedgerEntry.Kind.HOLD, reference)) is not None:
             return existing
         over_cap = None
-        if user is not None and MemberCap.objects.filter(allocation_id=allocation.pk).exists():
+        if user is not None and capped:
             # The allocation has caps: its row is taken first, so a hold of the same member
             # racing this one waits until this one commits, then counts it in their use.
             _locked(allocation.pk)

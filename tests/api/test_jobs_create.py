@@ -77,9 +77,10 @@ def test_the_201_is_the_job_as_its_page_shows_it_without_reading_it_back(
     first = post(client, body).json()
     second = post(client, body).json()
     # The caller, the project, cluster, partition and allocation, the caller's queued jobs
-    # (MaxSubmitJobs), the dependencies, the job with its links, whether the allocation
-    # caps its members, the hold and the first event; nothing read back to answer.
-    with django_assert_max_num_queries(17):
+    # (MaxSubmitJobs), the dependencies, the job with its links, whether the hold exists
+    # already and whether the allocation caps its members (one query), the hold and the
+    # first event; nothing read back to answer.
+    with django_assert_max_num_queries(16):
         response = post(client, {**body, "depends_on": [first["id"], second["id"]]})
     assert response.status_code == 201, response.json()
     created = response.json()
