@@ -22,16 +22,31 @@ def cpu_s(pid: int, *, descendants: bool = True) -> float:
     return total
 
 
-def named_cpu_s(name: str) -> float:
-    """CPU seconds of every process called ``name`` (postgres, slurmctld), as cpu_s."""
+def named_cpu_s(name: str, *, database: str = "") -> float:
+    """CPU seconds of every process called ``name`` (postgres, slurmctld), as cpu_s.
+
+    With a ``database`` (postgres only) PostgreSQL's shared processes (WAL writer,
+    checkpointer, …) and only the connections to that database: not those of tests
+    running meanwhile on other databases."""
     total = 0.0
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             with contextlib.suppress(OSError):
-                if (entry / "comm").read_text().strip() == name:
-                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                    total += sum(int(field) for field in fields[11:15]) / TICK
+                if (entry / "comm").read_text().strip() != name:
+                    continue
+                if database and not _serves(entry, database):
+                    continue
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                total += sum(int(field) for field in fields[11:15]) / TICK
     return total
+
+
+def _serves(entry: Path, database: str) -> bool:
+    # A connection's title is "postgres: <cluster>: <user> <database> <client> <state>";
+    # a shared process's has no client address.
+    title = (entry / "cmdline").read_text().replace("\0", " ").split()
+    connection = len(title) >= 5 and "(" in title[4]
+    return not connection or title[3] == database
 
 
 def machine_busy_s() -> tuple[float, float]:

@@ -138,10 +138,13 @@ class Processes:
             "client": cpu_s(os.getpid(), descendants=False),
             "web": cpu_s(self.web) if self.web else 0.0,
             "workers": cpu_s(self.worker) if self.worker else 0.0,
-            "postgres": named_cpu_s("postgres"),
+            # Its own database's connections and the shared processes, not tests' beside it.
+            "postgres": named_cpu_s("postgres", database=BENCH_DATABASE),
             "slurmctld": named_cpu_s("slurmctld"),
             # Busy only with the rest backend's submissions (and idle otherwise).
             "slurmrestd": named_cpu_s("slurmrestd"),
+            # The broker and cache: the task's message, the workers' pauses.
+            "redis": named_cpu_s("redis-server"),
         }
 
 
@@ -243,6 +246,25 @@ def portal_run(
         "waits": [(claimed[pk] - asked_at[pk]).total_seconds() for pk in asked_at],
         "submits": [(recorded[pk] - claimed[pk]).total_seconds() for pk in asked_at],
     }
+
+
+def api_floor_ms(api: httpx.Client, processes: Processes, calls: int, *, clients: int) -> float:
+    """The web tier's CPU per ``GET /api/v1/me/`` with the same token and clients as the
+    jobs: what any authenticated API call costs it (gunicorn, Django, DRF, the token's
+    lookup), the floor under a job's POST."""
+
+    def client(count: int) -> None:
+        for _ in range(count):
+            api.get("/api/v1/me/").raise_for_status()
+
+    before = processes.cpu_s()["web"]
+    shares = [calls // clients + (n < calls % clients) for n in range(clients)]
+    threads = [threading.Thread(target=client, args=(share,)) for share in shares]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return (processes.cpu_s()["web"] - before) * 1000 / calls
 
 
 def p95(values: list[float]) -> float:
@@ -429,6 +451,7 @@ def one_run(
         api, body, args.jobs, args.timeout, processes, clients=args.clients, paused=hostname
     )
     clear(account)
+    api_floor = api_floor_ms(api, processes, args.jobs, clients=args.clients)
     raw_after_s, raw_after, raw_cpu_after = raw_run(sbatch_request, args.jobs)
     clear(account)
     log = REPO / "var" / f"{queue}.log"
@@ -487,10 +510,12 @@ def one_run(
         ),
         "sbatch_cpu_ms_per_job": round(sbatch_cpu_ms, 2),
         "portal_web_cpu_ms_per_job": round(cpu["web"], 2),
+        "web_cpu_ms_per_api_call_floor": round(api_floor, 2),
         "portal_workers_cpu_ms_per_job": round(cpu["workers"], 2),
         "portal_postgres_cpu_ms_per_job": round(cpu["postgres"], 2),
         "portal_slurmctld_cpu_ms_per_job": round(cpu["slurmctld"], 2),
         "portal_slurmrestd_cpu_ms_per_job": round(cpu["slurmrestd"], 2),
+        "portal_redis_cpu_ms_per_job": round(cpu["redis"], 2),
         "portal_client_cpu_ms_per_job": round(cpu["client"], 2),
         "portal_cpu_ms_per_job": round(portal_cpu_ms, 2),
         "portal_vs_sbatch_cpu_ratio": round(portal_cpu_ms / sbatch_cpu_ms, 2),
@@ -534,10 +559,14 @@ def print_figures(args: argparse.Namespace, f: dict) -> None:
          f"{f['sbatch_client_cpu_ms_per_job']:.1f} / "
          f"{f['sbatch_slurmctld_cpu_ms_per_job']:.1f} ms"),
         ("CPU per job, portal: web tier", f"{f['portal_web_cpu_ms_per_job']:.1f} ms"),
+        ("  (web tier per GET /api/v1/me/: any call's floor)",
+         f"{f['web_cpu_ms_per_api_call_floor']:.1f} ms"),
         ("  workers (with their runuser+sbatch)", f"{f['portal_workers_cpu_ms_per_job']:.1f} ms"),
-        ("  PostgreSQL / slurmctld / slurmrestd",
-         f"{f['portal_postgres_cpu_ms_per_job']:.1f} / {f['portal_slurmctld_cpu_ms_per_job']:.1f}"
-         f" / {f['portal_slurmrestd_cpu_ms_per_job']:.1f} ms"),
+        ("  PostgreSQL / Redis",
+         f"{f['portal_postgres_cpu_ms_per_job']:.1f} / {f['portal_redis_cpu_ms_per_job']:.1f} ms"),
+        ("  slurmctld / slurmrestd",
+         f"{f['portal_slurmctld_cpu_ms_per_job']:.1f} / "
+         f"{f['portal_slurmrestd_cpu_ms_per_job']:.1f} ms"),
         ("  the portal's processes in all", f"{f['portal_cpu_ms_per_job']:.1f} ms"),
         ("  the HTTP client (this process)", f"{f['portal_client_cpu_ms_per_job']:.1f} ms"),
         ("portal CPU / raw sbatch CPU per job", f"{f['portal_vs_sbatch_cpu_ratio']:.2f}"),
