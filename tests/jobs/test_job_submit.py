@@ -9,6 +9,7 @@ from django.utils import timezone
 from accounts.models import User
 from accounts.selectors import project_balance
 from clusters.slurm import client_for
+from clusters.slurm.rest import RestClient
 from jobs.control import job_control
 from jobs.models import Job
 from jobs.queue_sync import queue_sync
@@ -21,6 +22,7 @@ from jobs.submission import (
     spec_of,
     submit_request,
 )
+from tests.conftest import through_slurmrestd
 from tests.factories import request_for, slurm_ids_of, wait_for
 
 pytestmark = pytest.mark.slurm
@@ -233,3 +235,29 @@ def test_cancelling_a_queued_job_scancels_it_and_the_sync_sees_it(
         return job.state == JobState.CANCELLED
 
     wait_for(cancelled, timeout_s=30, what="the queue to show the job cancelled")
+
+
+def test_jobs_submitted_through_slurmrestd_share_the_processs_client(
+    project, alice, workdir, dev_cluster, monkeypatch
+):
+    # Found by bench/submit.py --backend rest: each submission made a client of its own,
+    # which asked slurmrestd for its whole OpenAPI document (and opened a connection and
+    # minted a token) before every job: 4 times the CPU of the cli's submission.
+    through_slurmrestd(dev_cluster)
+    asked: list[str] = []
+    send = RestClient._send
+
+    def counted(self, method, path, **kwargs):
+        asked.append(path)
+        return send(self, method, path, **kwargs)
+
+    monkeypatch.setattr(RestClient, "_send", counted)
+    jobs = [job_create(user=alice, request=request_for(project, workdir)) for _ in range(3)]
+    for job in jobs:
+        job_submit(job_id=job.pk)
+    assert [job.state for job in Job.objects.filter(pk__in=[j.pk for j in jobs])] == [
+        JobState.PENDING
+    ] * 3
+    assert len([path for path in asked if path.endswith("/job/submit")]) == 3
+    # At most once in this process (none when an earlier test's submission asked).
+    assert asked.count("/openapi/v3") <= 1
