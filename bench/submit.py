@@ -1,32 +1,37 @@
-"""End-to-end submissions per second through the portal with 2 Celery workers, beside raw sbatch.
+"""Submissions through the portal with 2 Celery workers beside raw sbatch: CPU, rate, latency.
 
 In a database of its own (`portal_bench_submit` on 127.0.0.1:5432, dropped and
 recreated at the start, dropped at the end; the dev data is never touched) it
 registers the dev cluster, gives a project with a unique Slurm account to the
 POSIX user alice and reconciles it into Slurm, starts a real Celery worker
 (`celery -A portal worker --concurrency 2`, the tests' `running_worker`: two
-worker processes on a queue of their own, on the bench database), then times N
-tiny jobs (`true`, no GPU, the debug partition, in a fresh directory in
-alice's home) from the create call to the Slurm job id being recorded:
+worker processes on a queue of their own, on the bench database) and gunicorn
+(4 sync workers, `--web-workers`), and submits tiny jobs (`true`, no GPU, the debug
+partition, in a fresh directory in alice's home). With `--backend rest` the workers
+submit through the cluster's slurmrestd (no process per job) instead of `sbatch` run
+as the user (`cli`, the default). Each run (`--runs`, medians printed after them) times:
 
-- portal: `POST /api/v1/jobs/` for each job, from 4 HTTP clients at once
-  (`--clients`; each one request after the other) with alice's access token, to
-  gunicorn (4 sync workers, `--web-workers`) on the bench database, until the worker has recorded
-  every job's Slurm id;
-- raw sbatch (the baseline, in the same run): `sbatch --parsable` of the same
-  script and arguments, run as alice through the same user switch
-  (`runuser -u alice --`), N times one after the other, before and after the
-  portal's run.
+- raw sbatch (the baseline): `sbatch --parsable` of the same script and arguments,
+  run as alice through the same user switch (`runuser -u alice --`), N times one after
+  the other, before and after the portal's runs;
+- the portal: N `POST /api/v1/jobs/` from 4 HTTP clients at once (`--clients`; each one
+  request after the other) with alice's access token, until the worker has recorded
+  every job's Slurm id; the latency of each job from its POST to its Slurm id recorded
+  (p50 and p95, split into waiting for a worker and the submission itself);
+- the workers alone: N jobs created while the worker takes no task, then the time from
+  resuming it to the last Slurm id recorded (and the worker's own time per task, from
+  its log);
+- the latency at light load: one client posting a job every 50 ms;
+- the web tier's CPU per `GET /api/v1/me/` (any authenticated call's floor).
 
-To tell the two halves apart it also times the workers alone: N jobs created
-while the worker takes no task, then the time from resuming it to the last
-Slurm id recorded (and the worker's own time per task, from its log).
-
-Where the time goes: the CPU seconds of each process group (this client, the web
-tier, the workers with the runuser and sbatch they run, PostgreSQL, slurmctld) are
-read from /proc before and after each run and printed per job. On a machine of C
-cores a run that keeps them all busy cannot go faster than C / (CPU per job), which
-is printed too as the ceiling of the ratio, beside how busy the machine's cores were.
+Where the time goes: the CPU seconds of each process group (this client, the web tier,
+the workers with the runuser and sbatch they run, PostgreSQL — the bench database's
+connections and the shared processes, not tests running beside it —, Redis, slurmctld,
+slurmrestd) are read from /proc before and after each run and printed per job. Issue
+24's target: the portal's CPU per job (all of them but this client) at most 2.5 times
+raw sbatch's (the user switch, sbatch and slurmctld). On a machine of C cores a run that
+keeps them all busy cannot go faster than C / (CPU per job), which is printed too as the
+ceiling of the rate, beside how busy the machine's cores were.
 
 No job starts while the runs are timed: the partition's nodes are drained (and
 resumed at the end), so each job waits in the queue, and between the runs the
@@ -35,10 +40,11 @@ ending a job costs this machine more CPU than submitting it, and the jobs of one
 run would otherwise be paid for by the next. At the end the account is deleted
 from Slurm.
 
-    .venv/bin/python bench/submit.py [--jobs 100] [--warmup 4] [--clients 4] [--web-workers 4]
+    .venv/bin/python bench/submit.py [--jobs 100] [--runs 1] [--backend cli|rest]
+                                     [--warmup 4] [--clients 4] [--web-workers 4]
 
-Needs the dev stack (`dev/stack start`: PostgreSQL, Redis and slurmctld up) and
-the POSIX user alice (created by `dev/stack install`).
+Needs the dev stack (`dev/stack start`: PostgreSQL, Redis, slurmctld and slurmrestd up)
+and the POSIX user alice (created by `dev/stack install`).
 """
 
 import argparse
@@ -174,9 +180,10 @@ def portal_run(
     *,
     clients: int,
     paused: str = "",
+    every_s: float = 0,
 ) -> dict:
-    """N POST jobs/ from ``clients`` threads, each one request after the other; done
-    when every job has its Slurm id.
+    """N POST jobs/ from ``clients`` threads, each one request after the other (or, with
+    ``every_s``, one each so many seconds); done when every job has its Slurm id.
 
     With ``paused`` (the worker's hostname) the worker takes no task until every job is
     created: the time is then the workers' alone, from resuming to the last id.
@@ -195,6 +202,7 @@ def portal_run(
                 refusals.append(f"POST jobs/ answered {response.status_code}: {response.text}")
                 return
             asked_at[response.json()["id"]] = at
+            time.sleep(max(0.0, every_s - (timezone.now() - at).total_seconds()))
 
     cpu_before = processes.cpu_s()
     busy_before = machine_busy_s()
@@ -395,7 +403,7 @@ def portal_serving(
 
 
 def run(args: argparse.Namespace, account: str, workdir: Path) -> None:
-    max_jobs = max_submit_jobs(args.warmup + 2 * args.jobs * args.runs)
+    max_jobs = max_submit_jobs(args.warmup + (2 * args.jobs + max(20, args.jobs // 4)) * args.runs)
     _, user = setup(account, max_jobs=max_jobs, backend=args.backend)
     request = job_request(account, workdir)
     # What the worker submits for such a job (the same rendered script and arguments).
@@ -451,6 +459,12 @@ def one_run(
         api, body, args.jobs, args.timeout, processes, clients=args.clients, paused=hostname
     )
     clear(account)
+    # Light load: one client, a job every 50 ms (20 a second, well under what the
+    # portal keeps up with): the latency of a job nobody queues behind.
+    light = portal_run(
+        api, body, max(20, args.jobs // 4), args.timeout, processes, clients=1, every_s=0.05
+    )
+    clear(account)
     api_floor = api_floor_ms(api, processes, args.jobs, clients=args.clients)
     raw_after_s, raw_after, raw_cpu_after = raw_run(sbatch_request, args.jobs)
     clear(account)
@@ -490,6 +504,8 @@ def one_run(
         "portal_elapsed_s": round(portal["elapsed_s"], 2),
         "portal_p50_ms": round(statistics.median(portal["latencies"]) * 1000, 1),
         "portal_p95_ms": round(p95(portal["latencies"]) * 1000, 1),
+        "light_p50_ms": round(statistics.median(light["latencies"]) * 1000, 1),
+        "light_p95_ms": round(p95(light["latencies"]) * 1000, 1),
         "portal_queue_wait_p50_ms": round(statistics.median(portal["waits"]) * 1000, 1),
         "portal_queue_wait_p95_ms": round(p95(portal["waits"]) * 1000, 1),
         "portal_worker_p50_ms": round(statistics.median(portal["submits"]) * 1000, 1),
@@ -546,7 +562,7 @@ def print_figures(args: argparse.Namespace, f: dict) -> None:
         ("portal, the create calls alone", f"{f['portal_create_s']:.2f} s"),
         ("portal, first create → last id recorded", f"{f['portal_elapsed_s']:.2f} s"),
         ("portal (2 workers), jobs/s", f"{f['portal_jobs_per_s']:.1f}"),
-        ("portal, p50 / p95 POST → Slurm id recorded",
+        (f"portal, p50 / p95 POST → Slurm id ({args.clients} clients)",
          f"{f['portal_p50_ms']:.0f} / {f['portal_p95_ms']:.0f} ms"),
         ("  POST → claimed by a worker",
          f"{f['portal_queue_wait_p50_ms']:.0f} / {f['portal_queue_wait_p95_ms']:.0f} ms"),
@@ -554,6 +570,8 @@ def print_figures(args: argparse.Namespace, f: dict) -> None:
          f"{f['portal_worker_p50_ms']:.0f} / {f['portal_worker_p95_ms']:.0f} ms"),
         ("  worker's task time (its log)",
          f"{f['portal_task_p50_ms']:.0f} / {f['portal_task_p95_ms']:.0f} ms"),
+        ("portal, p50 / p95 at 20 jobs a second, 1 client",
+         f"{f['light_p50_ms']:.0f} / {f['light_p95_ms']:.0f} ms"),
         ("portal, workers alone, jobs/s", f"{f['portal_workers_alone_jobs_per_s']:.1f}"),
         ("CPU per job, raw: runuser+sbatch / slurmctld",
          f"{f['sbatch_client_cpu_ms_per_job']:.1f} / "
