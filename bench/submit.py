@@ -22,7 +22,8 @@ as the user (`cli`, the default). Each run (`--runs`, medians printed after them
   resuming it to the last Slurm id recorded (and the worker's own time per task, from
   its log);
 - the latency at light load: one client posting a job every 50 ms;
-- the web tier's CPU per `GET /api/v1/me/` (any authenticated call's floor).
+- the web tier's CPU per `GET /api/v1/me/` (any authenticated call's floor) and the
+  workers' per heartbeat task (one cache write: any task's floor).
 
 Where the time goes: the CPU seconds of each process group (this client, the web tier,
 the workers with the runuser and sbatch they run, PostgreSQL — the bench database's
@@ -100,6 +101,7 @@ from jobs.requests import JobRequest, job_prepare  # noqa: E402
 from jobs.states import JobState  # noqa: E402
 from jobs.submission import submit_request_for  # noqa: E402
 from portal.celery import app  # noqa: E402
+from portal.tasks import heartbeat_task  # noqa: E402
 from tests.conftest import DEV_CLUSTER, running_worker, through_slurmrestd  # noqa: E402
 from tests.slurm_accounts import DEV  # noqa: E402
 
@@ -273,6 +275,21 @@ def api_floor_ms(api: httpx.Client, processes: Processes, calls: int, *, clients
     for thread in threads:
         thread.join()
     return (processes.cpu_s()["web"] - before) * 1000 / calls
+
+
+def task_floor_ms(queue: str, processes: Processes, tasks: int) -> float:
+    """The workers' CPU per task that does next to nothing (beat's heartbeat: one cache
+    write): what taking any task costs them (the message, the pool, the ack, the log
+    lines), the floor under a job's submission."""
+    before = processes.cpu_s()["workers"]
+    for _ in range(tasks):
+        heartbeat_task.apply_async(queue=queue)
+    with app.connection_for_read() as connection:
+        broker = connection.default_channel.client
+        while broker.llen(queue):
+            time.sleep(0.05)
+    time.sleep(0.5)  # the last ones taken are done by now
+    return (processes.cpu_s()["workers"] - before) * 1000 / tasks
 
 
 def p95(values: list[float]) -> float:
@@ -466,6 +483,7 @@ def one_run(
     )
     clear(account)
     api_floor = api_floor_ms(api, processes, args.jobs, clients=args.clients)
+    task_floor = task_floor_ms(queue, processes, args.jobs)
     raw_after_s, raw_after, raw_cpu_after = raw_run(sbatch_request, args.jobs)
     clear(account)
     log = REPO / "var" / f"{queue}.log"
@@ -527,6 +545,7 @@ def one_run(
         "sbatch_cpu_ms_per_job": round(sbatch_cpu_ms, 2),
         "portal_web_cpu_ms_per_job": round(cpu["web"], 2),
         "web_cpu_ms_per_api_call_floor": round(api_floor, 2),
+        "workers_cpu_ms_per_task_floor": round(task_floor, 2),
         "portal_workers_cpu_ms_per_job": round(cpu["workers"], 2),
         "portal_postgres_cpu_ms_per_job": round(cpu["postgres"], 2),
         "portal_slurmctld_cpu_ms_per_job": round(cpu["slurmctld"], 2),
@@ -580,6 +599,8 @@ def print_figures(args: argparse.Namespace, f: dict) -> None:
         ("  (web tier per GET /api/v1/me/: any call's floor)",
          f"{f['web_cpu_ms_per_api_call_floor']:.1f} ms"),
         ("  workers (with their runuser+sbatch)", f"{f['portal_workers_cpu_ms_per_job']:.1f} ms"),
+        ("  (workers per heartbeat task: any task's floor)",
+         f"{f['workers_cpu_ms_per_task_floor']:.1f} ms"),
         ("  PostgreSQL / Redis",
          f"{f['portal_postgres_cpu_ms_per_job']:.1f} / {f['portal_redis_cpu_ms_per_job']:.1f} ms"),
         ("  slurmctld / slurmrestd",
