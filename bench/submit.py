@@ -63,7 +63,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -173,6 +173,16 @@ def raw_run(request: SubmitRequest, jobs: int) -> tuple[float, list[float], dict
     return elapsed, latencies, cpu_per_job_ms(cpu_before, Processes().cpu_s(), jobs)
 
 
+def in_threads(client: Callable[[int], None], count: int, clients: int) -> None:
+    """``client(share)`` in ``clients`` threads at once, the shares adding up to ``count``."""
+    shares = [count // clients + (n < count % clients) for n in range(clients)]
+    threads = [threading.Thread(target=client, args=(share,)) for share in shares]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def portal_run(
     api: httpx.Client,
     body: dict,
@@ -209,12 +219,7 @@ def portal_run(
     cpu_before = processes.cpu_s()
     busy_before = machine_busy_s()
     started = timezone.now()
-    shares = [jobs // clients + (n < jobs % clients) for n in range(clients)]
-    threads = [threading.Thread(target=client, args=(share,)) for share in shares]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    in_threads(client, jobs, clients)
     if refusals:
         raise SystemExit(refusals[0])
     created_s = (timezone.now() - started).total_seconds()
@@ -268,12 +273,7 @@ def api_floor_ms(api: httpx.Client, processes: Processes, calls: int, *, clients
             api.get("/api/v1/me/").raise_for_status()
 
     before = processes.cpu_s()["web"]
-    shares = [calls // clients + (n < calls % clients) for n in range(clients)]
-    threads = [threading.Thread(target=client, args=(share,)) for share in shares]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    in_threads(client, calls, clients)
     return (processes.cpu_s()["web"] - before) * 1000 / calls
 
 
