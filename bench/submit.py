@@ -285,7 +285,7 @@ def task_floor_ms(queue: str, processes: Processes, tasks: int) -> float:
     for _ in range(tasks):
         heartbeat_task.apply_async(queue=queue)
     with app.connection_for_read() as connection:
-        broker = connection.default_channel.client
+        broker = connection.default_channel.client  # type: ignore[attr-defined]  # Redis
         while broker.llen(queue):
             time.sleep(0.05)
     time.sleep(0.5)  # the last ones taken are done by now
