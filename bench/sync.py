@@ -48,6 +48,7 @@ Needs only PostgreSQL on 127.0.0.1:5432 (user postgres, trust auth).
 """
 
 import argparse
+import contextlib
 import cProfile
 import datetime as dt
 import gc
@@ -62,7 +63,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -92,6 +93,7 @@ from clusters.slurm.parsing import (  # noqa: E402
     SQUEUE_FORMAT,
     parse_slurm_time,
     parse_squeue,
+    parse_squeue_stream,
 )
 from clusters.slurm.protocol import SlurmClient  # noqa: E402
 from clusters.slurm.types import QueueEntry  # noqa: E402
@@ -462,6 +464,11 @@ class SnapshotClient:
 
     def queue(self) -> list[QueueEntry]:
         return parse_squeue(self.path.read_text())
+
+    @contextlib.contextmanager
+    def queue_stream(self) -> Iterator[Iterator[QueueEntry]]:
+        with self.path.open() as text:
+            yield parse_squeue_stream(iter(lambda: text.read(1 << 16), ""))
 
     def nodes(self) -> list:
         return []
