@@ -33,10 +33,12 @@ jobs to a cluster row of that name with the live jobs' Slurm ids, and times, rou
 round, the raw `squeue` listing of them (the issue's baseline, per Slurm version) beside
 whole `queue_sync` runs through the cli adapter: a tenth of the jobs changed (half of
 them a new state and event), with the status due and not, and nothing changed; with the
-queries of one sync and the peak RSS of one sync in a fresh process. A queue that does not
-fit under a cluster's `MaxJobCount` (raising it needs a slurmctld restart, which a bench
-must not do to the shared dev stack: `MaxJobCount=110000` in `dev/slurm/slurm.conf.in`,
-then `dev/stack stop && dev/stack start`) is skipped; `--listing-ms` then gives the raw
+queries of one sync and the peak RSS of one sync in a fresh process. The dev clusters
+hold up to 110,000 jobs (`MaxJobCount` in `dev/slurm/slurm.conf.in` and
+`dev/slurm-next/`), room for `--queued 100000` (about 5 minutes of `sbatch` per cluster);
+a queue that does not fit under a cluster's `MaxJobCount` (a cluster set up before it
+was raised: `dev/stack stop && dev/stack start` applies it; a bench must not restart the
+shared stack's slurmctld itself) is skipped, and `--listing-ms` then gives the raw
 listing's time for the ratio. Every figure is printed against the issue's targets with
 the load average at the start and at the end.
 
@@ -48,6 +50,7 @@ Needs only PostgreSQL on 127.0.0.1:5432 (user postgres, trust auth).
 """
 
 import argparse
+import contextlib
 import cProfile
 import datetime as dt
 import gc
@@ -62,7 +65,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -92,6 +95,7 @@ from clusters.slurm.parsing import (  # noqa: E402
     SQUEUE_FORMAT,
     parse_slurm_time,
     parse_squeue,
+    parse_squeue_stream,
 )
 from clusters.slurm.protocol import SlurmClient  # noqa: E402
 from clusters.slurm.types import QueueEntry  # noqa: E402
@@ -238,13 +242,13 @@ def explain(sql: str) -> tuple[list[str], float]:
     return own_database.explain(sql, options="ANALYZE, BUFFERS, WAL", rollback=True)
 
 
-def explain_differing(cluster: Cluster, entries: list[QueueEntry]) -> tuple[list[str], float]:
-    """The plan of queue_apply's comparison of the listing with the stored jobs
-    (``jobs.queue_sync._DIFFERING_SQL``), the listing copied first as it copies it."""
+def explain_with_listing(
+    entries: list[QueueEntry], sql: str, params: dict | None = None
+) -> tuple[list[str], float]:
+    """The plan of one of queue_apply's statements on the listing (``queue_listing``,
+    copied first as it copies it), with its WAL; rolled back."""
     from jobs import queue_sync as module
 
-    sql = module._DIFFERING_SQL.format(jobs="jobs_job")
-    params = {"cluster": cluster.pk, "in_slurm": [str(state) for state in IN_SLURM]}
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(module._LISTING_TABLE)
         cursor.execute("DELETE FROM queue_listing")
@@ -252,10 +256,21 @@ def explain_differing(cluster: Cluster, entries: list[QueueEntry]) -> tuple[list
             copy.set_types(module._LISTING_TYPES)
             for row in module._snapshot(entries):
                 copy.write_row(row)
-        cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}", params)
+        cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, WAL) {sql}", params)
         lines = [row[0] for row in cursor.fetchall()]
+        transaction.set_rollback(True)
     execution = next(line for line in lines if line.startswith("Execution Time:"))
     return lines, float(execution.split()[2])
+
+
+def explain_differing(cluster: Cluster, entries: list[QueueEntry]) -> tuple[list[str], float]:
+    """The plan of queue_apply's comparison of the listing with the stored jobs
+    (``jobs.queue_sync._DIFFERING_SQL``)."""
+    from jobs import queue_sync as module
+
+    sql = module._DIFFERING_SQL.format(jobs="jobs_job")
+    params = {"cluster": cluster.pk, "in_slurm": [str(state) for state in IN_SLURM]}
+    return explain_with_listing(entries, sql, params)
 
 
 def captured_apply(cluster: Cluster, entries: list[QueueEntry]) -> tuple[QueueSyncResult, list]:
@@ -326,7 +341,17 @@ def live_queue(
         fill_s = time.perf_counter() - started
         return {**live_cycle(target, cluster, slurm_ids, args), "fill_s": fill_s}
     finally:
-        target.run(["scancel", f"--account={LIVE_ACCOUNT}"])
+        cancel_live_jobs(target)
+
+
+def cancel_live_jobs(target: DevCluster) -> None:
+    """Cancel the bench's jobs on the cluster by id, 5,000 a command: ``scancel --account``
+    alone slows to about ten a second after a first burst at 100,000 (half an hour)."""
+    listed = target.run(["squeue", "--noheader", f"--account={LIVE_ACCOUNT}", "--format=%i"])
+    ids = listed.stdout.split()
+    for start in range(0, len(ids), 5000):
+        target.run(["scancel", *ids[start : start + 5000]])
+    target.run(["scancel", f"--account={LIVE_ACCOUNT}"])  # any it did not list
 
 
 def live_cycle(
@@ -463,6 +488,11 @@ class SnapshotClient:
     def queue(self) -> list[QueueEntry]:
         return parse_squeue(self.path.read_text())
 
+    @contextlib.contextmanager
+    def queue_stream(self) -> Iterator[Iterator[QueueEntry]]:
+        with self.path.open() as text:
+            yield parse_squeue_stream(iter(lambda: text.read(1 << 16), ""))
+
     def nodes(self) -> list:
         return []
 
@@ -561,9 +591,8 @@ def run(args: argparse.Namespace) -> None:
     unchanged, unchanged_queries = captured_apply(cluster, entries)
     assert unchanged.changed == 0, unchanged
     select_sql = next((q["sql"] for q in queries if q["sql"].startswith('SELECT "jobs_job"')), "")
-    update_sql = next(
-        (q["sql"] for q in queries if q["sql"].lstrip().startswith("UPDATE jobs_job")), ""
-    )
+    # The write of the changed jobs and their events (one statement, WITH written AS …).
+    update_sql = next((q["sql"] for q in queries if "UPDATE jobs_job" in q["sql"]), "")
     # The whole sync (queue_sync) of the snapshot's text, as if squeue had printed it:
     # the portal's own cost of a cycle, status included when due.
     snapshot_file = Path(tempfile.mkdtemp()) / "squeue.txt"
@@ -609,7 +638,7 @@ def run(args: argparse.Namespace) -> None:
     sync_s, sync_status_s = medians["sync"], medians["sync_status"]
     reset_changed()
     plan, plan_ms = explain(select_sql) if select_sql else explain_differing(cluster, entries)
-    update_plan, update_ms = explain(update_sql) if update_sql else ([], 0.0)
+    update_plan, update_ms = explain_with_listing(entries, update_sql) if update_sql else ([], 0.0)
     profiled = ""
     if args.profile:
         status_at(BASE)()

@@ -54,7 +54,7 @@ from jobs.tokens import CLOCK_SLACK, comment_for  # noqa: E402
 
 USER, ACCOUNT, OWN_HISTORY = "alice", "benchlookup", "bench-history-own"
 OTHER_USER, OTHER_ACCOUNT, OTHER_HISTORY = "root", "benchhistory", "bench-history"
-BATCH = 1000  # jobs queued at once (each dev cluster's MaxJobCount is 20,000)
+BATCH = 1000  # jobs queued at once (each dev cluster's MaxJobCount is 110,000)
 OLD_WINDOW = dt.timedelta(days=14)
 HISTORY_AGE_SLACK = dt.timedelta(seconds=30)
 STAGES = ("as it is", "+ alice's before saving", "+ others' after saving")

@@ -11,7 +11,7 @@ import datetime as dt
 import logging
 from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from django.db import connection, transaction
@@ -116,17 +116,23 @@ def _snapshot(entries: Iterable[QueueEntry]) -> list[tuple]:
 
 
 def queue_apply(*, cluster: Cluster, entries: Iterable[QueueEntry]) -> QueueSyncResult:
-    """Apply one queue listing to the cluster's unfinished portal jobs."""
+    """Apply one queue listing to the cluster's unfinished portal jobs. ``entries`` is read
+    inside the transaction, after the listing's table is ready: a listing still being
+    read (``SlurmClient.queue_stream``) is parsed as it comes, and if it fails part way
+    nothing is applied."""
     now = timezone.now()
-    snapshot = _snapshot(entries)
     result = QueueSyncResult()
     updates: list[tuple[int, str]] = []
     starts: dict[int, tuple[dt.datetime | None, dt.datetime]] = {}  # job id → (submitted, started)
     with transaction.atomic():
-        # Derived from Slurm and written again by the next sync if lost: a crash may
-        # drop this commit, so it need not wait for the disk (the ledger's commits do).
         with connection.cursor() as cursor:
+            # Derived from Slurm and written again by the next sync if lost: a crash may
+            # drop this commit, so it need not wait for the disk (the ledger's commits do).
             cursor.execute("SET LOCAL synchronous_commit = off")
+            cursor.execute(_LISTING_TABLE)
+            # Empty already, unless a listing was copied earlier in the same transaction.
+            cursor.execute("DELETE FROM queue_listing")
+        snapshot = _snapshot(entries)
         for job_id, listed, read_state, state, started_at, unstarted, submitted_at in _differing(
             cluster, snapshot
         ):
@@ -187,12 +193,9 @@ WHERE job.cluster_id = %(cluster)s AND job.state = ANY(%(in_slurm)s)
 
 def _differing(cluster: Cluster, snapshot: list[tuple]) -> list[tuple]:
     """The cluster's unfinished jobs that the listing changes or no longer lists (see
-    ``_DIFFERING_SQL``); inside the caller's transaction (the listing lives until its
-    commit)."""
+    ``_DIFFERING_SQL``); inside the caller's transaction, its ``queue_listing`` made and
+    empty (the listing lives until the commit)."""
     with connection.cursor() as cursor:
-        cursor.execute(_LISTING_TABLE)
-        # Empty already, unless a listing was copied earlier in the same transaction.
-        cursor.execute("DELETE FROM queue_listing")
         with cursor.copy("COPY queue_listing FROM STDIN (FORMAT BINARY)") as copy:
             copy.set_types(_LISTING_TYPES)
             for row in snapshot:
@@ -263,9 +266,11 @@ def queue_sync(*, cluster: Cluster, client: SlurmClient | None = None) -> QueueS
     (``PORTAL_CLUSTER_STATUS_INTERVAL_S``) the nodes are read too (one more call) and the
     status is made from them and the same queue listing."""
     client = client or shared_client_for(cluster)
-    status_due = cluster_status_due(cluster)
-    entries = client.queue()
-    result = queue_apply(cluster=cluster, entries=entries)
+    entries: list[QueueEntry] = []  # the listing as read, for the status
+    with client.queue_stream() as listing:
+        # Slurm prepares the listing meanwhile.
+        status_due = cluster_status_due(cluster)
+        result = queue_apply(cluster=cluster, entries=_kept(listing, entries))
     if status_due:
         try:
             nodes = client.nodes()
@@ -276,3 +281,9 @@ def queue_sync(*, cluster: Cluster, client: SlurmClient | None = None) -> QueueS
         else:
             cluster_status_record(cluster=cluster, nodes=nodes, queue=entries)
     return result
+
+
+def _kept(entries: Iterable[QueueEntry], into: list[QueueEntry]) -> Iterator[QueueEntry]:
+    for entry in entries:
+        into.append(entry)
+        yield entry

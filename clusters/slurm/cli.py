@@ -10,10 +10,16 @@ own user, which must be a Slurm operator, through the command prefix when the
 cluster's tools are not the worker's own (``clusters/prefixes.py``).
 """
 
+import codecs
+import contextlib
 import datetime as dt
 import os
+import select
 import subprocess
-from collections.abc import Mapping
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from typing import IO
 
 from clusters.prefixes import command_prefix_argv, run_as_prefix_argv, run_as_prefix_template
 from clusters.slurm.errors import (
@@ -38,7 +44,7 @@ from clusters.slurm.parsing import (
     parse_sacctmgr_associations,
     parse_scontrol_nodes,
     parse_sinfo_partitions,
-    parse_squeue,
+    parse_squeue_stream,
     parse_sshare_account,
     parse_test_only,
     slurm_accounts,
@@ -168,6 +174,62 @@ class CliClient:
             raise error_from_message(message)
         return completed
 
+    @contextlib.contextmanager
+    def _streamed(self, argv: list[str]) -> Iterator[Iterator[str]]:
+        """The tool's output (run as the worker's own user) as it prints it: chunks of
+        text, read while the tool still runs. At its end the iterator raises as ``_run``
+        does when the tool failed, and at the deadline SlurmUnavailable; whatever was
+        read before is then not a whole answer. Leaving the block stops the tool."""
+        command = self.command(argv)
+        deadline = time.monotonic() + self.timeout_s
+        # A file, not a pipe: a tool that says much on stderr cannot block on it while
+        # stdout is read.
+        with tempfile.TemporaryFile() as stderr:
+            try:
+                process = subprocess.Popen(
+                    command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
+                    env=slurm_environment(), cwd="/",
+                )  # fmt: skip
+            except FileNotFoundError as exc:
+                raise SlurmUnavailable(f"{command[0]} is not installed on this worker") from exc
+            try:
+                yield self._chunks(argv[0], process, stderr, deadline)
+            finally:
+                if process.poll() is None:
+                    process.kill()
+                process.wait()
+                process.stdout.close()  # type: ignore[union-attr]
+
+    def _chunks(
+        self, tool: str, process: subprocess.Popen, stderr: IO[bytes], deadline: float
+    ) -> Iterator[str]:
+        timed_out = SlurmUnavailable(f"{tool} gave no answer within {self.timeout_s:g} s")
+        out = process.stdout.fileno()  # type: ignore[union-attr]
+        ready = select.poll()
+        ready.register(out, select.POLLIN)
+        # As _run reads it (text=True, errors="replace"): a character split between two
+        # chunks is decoded whole.
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not ready.poll(remaining * 1000):
+                process.kill()
+                raise timed_out
+            data = os.read(out, 1 << 16)
+            if not data:
+                break
+            yield decoder.decode(data)
+        try:
+            status = process.wait(max(deadline - time.monotonic(), 0))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise timed_out from None
+        if status != 0:
+            stderr.seek(0)
+            message = stderr.read().decode(errors="replace").strip()
+            raise error_from_message(message or f"{tool} exited with status {status}")
+        yield decoder.decode(b"", final=True)
+
     # --- the protocol ------------------------------------------------------------
 
     def ping(self) -> None:
@@ -202,11 +264,23 @@ class CliClient:
     def queue(self) -> list[QueueEntry]:
         return self._queue()
 
+    @contextlib.contextmanager
+    def queue_stream(self) -> Iterator[Iterator[QueueEntry]]:
+        # squeue prints its first record only once it has the whole queue from slurmctld
+        # and sorted it (two thirds of its time at 10,000 jobs); from then on it formats
+        # on one core while its records are parsed on the other.
+        with self._squeue_stream() as entries:
+            yield entries
+
     def _queue(self, *selection: str) -> list[QueueEntry]:
-        result = self._run(
-            ["squeue", "--noheader", "--all", "--states=all", *selection, "-o", SQUEUE_FORMAT]
-        )
-        return parse_squeue(result.stdout)
+        with self._squeue_stream(*selection) as entries:
+            return list(entries)
+
+    @contextlib.contextmanager
+    def _squeue_stream(self, *selection: str) -> Iterator[Iterator[QueueEntry]]:
+        argv = ["squeue", "--noheader", "--all", "--states=all", *selection, "-o", SQUEUE_FORMAT]
+        with self._streamed(argv) as chunks:
+            yield parse_squeue_stream(chunks)
 
     def accounting_since(self, since: dt.datetime) -> list[AccountingEntry]:
         # The first read takes the steps too (usage lives there only: StepUsage); the

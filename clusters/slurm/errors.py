@@ -1,11 +1,12 @@
 """The errors every Slurm client raises; callers never see a backend's own."""
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import ParamSpec, TypeVar
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
+_T = TypeVar("_T")
 
 
 class SlurmError(Exception):
@@ -52,6 +53,24 @@ def reads_slurm_output(parse: Callable[_P, _R]) -> Callable[_P, _R]:
     def checked(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         try:
             return parse(*args, **kwargs)
+        except SlurmOutputInvalid:
+            raise
+        except _MALFORMED as error:
+            raise SlurmOutputInvalid(
+                f"{parse.__name__} cannot read Slurm's answer: {type(error).__name__}: {error}"
+            ) from error
+
+    return checked
+
+
+def reads_slurm_stream(parse: Callable[_P, Iterator[_T]]) -> Callable[_P, Iterator[_T]]:
+    """``reads_slurm_output`` for a parser that yields what it reads as its input comes
+    (a generator): what Python raises while it is iterated becomes SlurmOutputInvalid."""
+
+    @functools.wraps(parse)
+    def checked(*args: _P.args, **kwargs: _P.kwargs) -> Iterator[_T]:
+        try:
+            yield from parse(*args, **kwargs)
         except SlurmOutputInvalid:
             raise
         except _MALFORMED as error:

@@ -3,10 +3,10 @@
 import datetime as dt
 import functools
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from sys import intern
 
-from clusters.slurm.errors import SlurmOutputInvalid, reads_slurm_output
+from clusters.slurm.errors import SlurmOutputInvalid, reads_slurm_output, reads_slurm_stream
 from clusters.slurm.states import normalise_state
 from clusters.slurm.types import (
     AccountingEntry,
@@ -233,23 +233,35 @@ def _job_gpus(tres_per_node: str, node_count: str) -> int:
     return gpus_per_node(tres_per_node) * _count(node_count)
 
 
-def _records(text: str) -> Iterator[str]:
-    """squeue's records one at a time: a list of them all would double the text's memory."""
-    start, end = 0, text.find(RECORD_SEPARATOR)
-    while end >= 0:
-        yield text[start:end]
-        start, end = end + 1, text.find(RECORD_SEPARATOR, end + 1)
-    yield text[start:]
+def _records(chunks: Iterable[str]) -> Iterator[str]:
+    """squeue's records one at a time, as its output comes in chunks (a record may span
+    several): never a list of them all, which would double the text's memory."""
+    rest = ""
+    for chunk in chunks:
+        text = rest + chunk if rest else chunk
+        start, end = 0, text.find(RECORD_SEPARATOR)
+        while end >= 0:
+            yield text[start:end]
+            start, end = end + 1, text.find(RECORD_SEPARATOR, end + 1)
+        rest = text[start:]
+    yield rest
 
 
 @reads_slurm_output
 def parse_squeue(text: str) -> list[QueueEntry]:
+    return list(parse_squeue_stream((text,)))
+
+
+@reads_slurm_stream
+def parse_squeue_stream(chunks: Iterable[str]) -> Iterator[QueueEntry]:
+    """squeue's entries as its output comes in (``chunks`` of the text, split anywhere),
+    each yielded as soon as its record is complete: the queue sync parses while squeue
+    still prints. What ``chunks`` raises (a tool that failed) comes through."""
     # The hot path of every queue sync: names bound locally, values cached. The names a
     # queue repeats (users, accounts, partitions, reasons) are kept once, not once per job:
     # at 100,000 jobs that is a fifth of a sync's memory.
-    entries: list[QueueEntry] = []
-    append, state_of, time_of, once = entries.append, normalise_state, parse_slurm_time, intern
-    for record in _records(text):
+    state_of, time_of, once = normalise_state, parse_slurm_time, intern
+    for record in _records(chunks):
         record = record.lstrip("\n")
         if not record:
             continue
@@ -259,31 +271,28 @@ def parse_squeue(text: str) -> list[QueueEntry]:
         is_array_task = array_task != "N/A"
         pending = state == "PENDING"
         # Positional, in QueueEntry's field order: keywords cost a third more here.
-        append(
-            QueueEntry(
-                int(job_id),
-                int(array_job) if is_array_task else None,
-                array_task if is_array_task else None,
-                name,
-                once(user),
-                once(account),
-                once(partition),
-                state_of(state),
-                once(reason),
-                "" if comment == "(null)" else comment,
-                time_of(submitted),
-                # For a pending job squeue prints its expected start here; only a
-                # job that runs or ran has really started.
-                None if pending else time_of(started),
-                _time_limit(time_limit),
-                int(priority) if priority.isdigit() else 0,
-                time_of(started) if pending else None,
-                _job_gpus(per_node, node_count),
-                "" if pending else nodes,
-                per_node != "N/A",
-            )
+        yield QueueEntry(
+            int(job_id),
+            int(array_job) if is_array_task else None,
+            array_task if is_array_task else None,
+            name,
+            once(user),
+            once(account),
+            once(partition),
+            state_of(state),
+            once(reason),
+            "" if comment == "(null)" else comment,
+            time_of(submitted),
+            # For a pending job squeue prints its expected start here; only a
+            # job that runs or ran has really started.
+            None if pending else time_of(started),
+            _time_limit(time_limit),
+            int(priority) if priority.isdigit() else 0,
+            time_of(started) if pending else None,
+            _job_gpus(per_node, node_count),
+            "" if pending else nodes,
+            per_node != "N/A",
         )
-    return entries
 
 
 def _sacct_records(text: str) -> list[list[str]]:

@@ -8,7 +8,8 @@ does not exist.
 """
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 from clusters.slurm.types import (
@@ -47,6 +48,14 @@ class SlurmClient(Protocol):
 
     def queue(self) -> list[QueueEntry]:
         """Every job in the cluster's queue, in one call."""
+
+    def queue_stream(self) -> AbstractContextManager[Iterator[QueueEntry]]:
+        """The same listing as ``queue``, its entries yielded as they are read: a backend
+        that reads Slurm's answer as it comes (cli) lets the caller work on the first
+        jobs while Slurm still sends the last. The listing is asked for on entering the
+        block. Read to its end, the iterator raises like ``queue`` if the listing failed
+        at any point, so only a listing read to its end without an error is whole;
+        leaving the block early stops the read."""
 
     def accounting_since(self, since: dt.datetime) -> list[AccountingEntry]:
         """Accounting records of jobs that changed (submitted, started, ended) since ``since``."""

@@ -23,10 +23,11 @@ owner's own accounting (``users``), and ping with a call that proves the token
 flags).
 """
 
+import contextlib
 import datetime as dt
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import httpx
 
@@ -331,6 +332,11 @@ class RestClient:
         self._failed_exits = parse_queue_exit_codes(payload)
         self._queue_asked_at = asked_at
         return list(self._queue)
+
+    @contextlib.contextmanager
+    def queue_stream(self) -> Iterator[Iterator[QueueEntry]]:
+        # One JSON document, read whole before it can be parsed (and often a 304).
+        yield iter(self.queue())
 
     def accounting_since(self, since: dt.datetime) -> list[AccountingEntry]:
         # start_time selects, like sacct --starttime, every job eligible, running or

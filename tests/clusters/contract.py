@@ -409,6 +409,26 @@ def test_the_queue_lists_pending_array_tasks(client, job):
         client.cancel(blocker, user=USER)
 
 
+def test_the_queue_read_as_it_comes_lists_what_the_queue_lists(client, job):
+    blocker = client.submit(job(script="#!/bin/bash\nsleep 60\n"))
+    array_id = client.submit(job(array="0-3%2", after_ok=(blocker,)))
+    try:
+        with client.queue_stream() as entries:
+            streamed = [
+                (e.job_id, e.array_task, e.state) for e in entries if e.array_job_id == array_id
+            ]
+        listed = [
+            (e.job_id, e.array_task, e.state) for e in client.queue() if e.array_job_id == array_id
+        ]
+        assert streamed and streamed == listed
+        with client.queue_stream() as entries:
+            next(entries)  # left after one entry: the read stops, nothing is raised
+        assert queued(client, blocker) is not None
+    finally:
+        client.cancel(array_id, user=USER)
+        client.cancel(blocker, user=USER)
+
+
 def test_it_lists_the_partitions_with_their_limits(client, site):
     partitions = {p.name: p for p in client.list_partitions()}
     default, short = partitions[site.default_partition], partitions[site.short_partition]

@@ -57,6 +57,10 @@ TEXT_PARSERS: dict[str, Callable[[str], object]] = {
     "parse_alloc_gpus": parsing.parse_alloc_gpus,
     "parse_exit_code": parsing.parse_exit_code,
     "parse_squeue": parsing.parse_squeue,
+    # As the cli adapter reads squeue: in chunks, cut anywhere (here every 7 characters).
+    "parse_squeue_stream": lambda text: list(
+        parsing.parse_squeue_stream(text[at : at + 7] for at in range(0, len(text), 7))
+    ),
     "parse_sacct": parsing.parse_sacct,
     "parse_test_only": parsing.parse_test_only,
     "parse_alloc_cpus": parsing.parse_alloc_cpus,
@@ -112,6 +116,30 @@ field_text = st.one_of(pieces, st.text(max_size=12))
 @example(fields=["1", "N/A", "N/A", "u", "a", "p", "PENDING", *[""] * 4, "9" * 5000, *[""] * 5])
 def test_squeue_records_of_any_fields(fields):
     parses_or_says_invalid(parsing.parse_squeue, _record(fields) + RECORD_SEPARATOR)
+
+
+def _cut(text: str, cuts: list[int]) -> list[str]:
+    at = sorted({cut % (len(text) + 1) for cut in cuts})
+    return [text[start:end] for start, end in zip([0, *at], [*at, len(text)], strict=True)]
+
+
+@FAST
+@given(
+    names=st.lists(st.text(st.characters(blacklist_characters=RECORD_SEPARATOR)), max_size=6),
+    cuts=st.lists(st.integers(0, 10_000), max_size=12),
+)
+def test_squeue_read_in_chunks_cut_anywhere_reads_as_the_whole_text(names, cuts):
+    # squeue's output comes through the pipe in pieces of any size: a record or a field
+    # split between two of them reads as if the text had come whole.
+    text = "".join(
+        _record([str(job_id), "N/A", "N/A", "u", "a", "p", "PENDING", "Priority",
+                 "2026-12-02T12:46:10", "N/A", "1:00:00", "7", "gres/gpu:2", "1", "",
+                 "(null)", name]) + RECORD_SEPARATOR + "\n"
+        for job_id, name in enumerate(names, start=1)
+    )  # fmt: skip
+    chunked = list(parsing.parse_squeue_stream(_cut(text, cuts)))
+    assert chunked == parsing.parse_squeue(text)
+    assert [entry.name for entry in chunked] == names
 
 
 @FAST

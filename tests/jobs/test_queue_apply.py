@@ -15,6 +15,7 @@ from django.test.utils import CaptureQueriesContext
 
 from accounts import ledger
 from accounts.selectors import project_balance
+from clusters.slurm.errors import SlurmUnavailable
 from clusters.slurm.states import SlurmJobState
 from clusters.slurm.types import QueueEntry
 from jobs import queue_sync
@@ -22,6 +23,7 @@ from jobs.accounting import accounting_ingest
 from jobs.models import ClusterSync, Job, JobEvent
 from jobs.queue_sync import queue_apply
 from jobs.states import JobState
+from tests.clusters.test_cli_stream import cli, record, stand_in_squeue
 from tests.factories import (
     blocked_on_a_lock,
     bulk_jobs,
@@ -220,3 +222,50 @@ def test_a_sync_takes_the_same_few_queries_however_many_jobs_it_writes(
     assert len(statements(captured)) == 6, statements(captured)  # nothing to write
     assert again.changed == 0
     assert JobEvent.objects.filter(job__cluster=cluster).count() == len(started)
+
+
+def failing_after(entries: list[QueueEntry], error: Exception):
+    """A listing read as it comes whose read fails after ``entries``."""
+    yield from entries
+    raise error
+
+
+def assert_untouched(job: Job, cluster) -> None:
+    job.refresh_from_db()
+    assert (job.state, job.slurm_state, job.started_at) == (JobState.PENDING, "", None)
+    assert job.events.count() == 0
+    assert not ClusterSync.objects.filter(cluster=cluster).exists()
+
+
+def test_a_listing_that_fails_part_way_applies_nothing(cluster, project, alice):
+    # Read as squeue prints it, a listing is applied while it is read: one that fails
+    # after some jobs must not apply those, nor take the rest for vanished.
+    job = portal_job(project, cluster, alice, slurm_job_id=50)
+    other = portal_job(project, cluster, alice, slurm_job_id=51)
+    Job.objects.filter(pk__in=[job.pk, other.pk]).update(state=JobState.PENDING)
+    gone = SlurmUnavailable("squeue: error: Unable to contact slurm controller")
+
+    with pytest.raises(SlurmUnavailable):
+        queue_apply(cluster=cluster, entries=failing_after([running(50)], gone))
+
+    assert_untouched(job, cluster)
+    result = queue_apply(cluster=cluster, entries=[running(50), running(51)])  # read whole
+    assert (result.changed, result.vanished) == (2, [])
+
+
+def test_a_sync_whose_squeue_fails_part_way_changes_nothing(cluster, project, alice, tmp_path):
+    job = portal_job(project, cluster, alice, slurm_job_id=50)
+    Job.objects.filter(pk=job.pk).update(state=JobState.PENDING)
+    bin_dir = stand_in_squeue(
+        tmp_path, record(50, state="RUNNING"),
+        then="echo 'squeue: error: Unable to contact slurm controller' >&2; exit 1",
+    )  # fmt: skip
+
+    with pytest.raises(SlurmUnavailable):
+        queue_sync.queue_sync(cluster=cluster, client=cli(bin_dir))
+
+    assert_untouched(job, cluster)
+    bin_dir = stand_in_squeue(tmp_path, record(50, state="RUNNING"))
+    assert queue_sync.queue_sync(cluster=cluster, client=cli(bin_dir)).changed == 1
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING

@@ -941,6 +941,7 @@ def slurm_calls(monkeypatch) -> list[str]:
 
     monkeypatch.setattr(RestClient, "_send", rest_send)
     monkeypatch.setattr(CliClient, "_run", cli_run)
+    monkeypatch.setattr(CliClient, "_streamed", cli_run)  # squeue, read as it prints
     return calls
 
 

@@ -27,17 +27,22 @@ pytestmark = [pytest.mark.slurm, pytest.mark.django_db]
 def slurm_calls(monkeypatch) -> list[str]:
     """Every Slurm command or REST call made while it is installed (none may be)."""
     calls: list[str] = []
-    real_run, real_send = CliClient._run, RestClient._send
+    real_run, real_streamed, real_send = CliClient._run, CliClient._streamed, RestClient._send
 
     def cli_run(self, argv, **kwargs):
         calls.append(" ".join(argv))
         return real_run(self, argv, **kwargs)
+
+    def cli_streamed(self, argv):  # a command whose output is read as it prints (squeue)
+        calls.append(" ".join(argv))
+        return real_streamed(self, argv)
 
     def rest_send(self, method, path, **kwargs):
         calls.append(f"{method} {path}")
         return real_send(self, method, path, **kwargs)
 
     monkeypatch.setattr(CliClient, "_run", cli_run)
+    monkeypatch.setattr(CliClient, "_streamed", cli_streamed)
     monkeypatch.setattr(RestClient, "_send", rest_send)
     return calls
 
