@@ -56,11 +56,15 @@ def reads_slurm_output(parse: Callable[_P, _R]) -> Callable[_P, _R]:
         except SlurmOutputInvalid:
             raise
         except _MALFORMED as error:
-            raise SlurmOutputInvalid(
-                f"{parse.__name__} cannot read Slurm's answer: {type(error).__name__}: {error}"
-            ) from error
+            raise _unreadable(parse, error) from error
 
     return checked
+
+
+def _unreadable(parse: Callable, error: Exception) -> SlurmOutputInvalid:
+    return SlurmOutputInvalid(
+        f"{parse.__name__} cannot read Slurm's answer: {type(error).__name__}: {error}"
+    )
 
 
 def reads_slurm_stream(parse: Callable[_P, Iterator[_T]]) -> Callable[_P, Iterator[_T]]:
@@ -74,9 +78,7 @@ def reads_slurm_stream(parse: Callable[_P, Iterator[_T]]) -> Callable[_P, Iterat
         except SlurmOutputInvalid:
             raise
         except _MALFORMED as error:
-            raise SlurmOutputInvalid(
-                f"{parse.__name__} cannot read Slurm's answer: {type(error).__name__}: {error}"
-            ) from error
+            raise _unreadable(parse, error) from error
 
     return checked
 
