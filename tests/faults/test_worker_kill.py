@@ -41,6 +41,13 @@ def waiting_on_a_lock() -> bool:
         return cursor.fetchone()[0] > 0
 
 
+def submit_three(user, project, workdir) -> list[int]:
+    """Three quick jobs of the project, returned once all three are in Slurm."""
+    ids = [job_create(user=user, request=quick_job(project, workdir, i)).pk for i in range(3)]
+    wait_for(lambda: submitted(ids) == 3, what=f"{project.slurm_account}'s jobs to be submitted")
+    return ids
+
+
 def test_a_worker_killed_mid_ingest_and_mid_burst_loses_nothing_and_does_nothing_twice(
     make_project, dev_cluster, alice, workdir
 ):
@@ -58,14 +65,12 @@ def test_a_worker_killed_mid_ingest_and_mid_burst_loses_nothing_and_does_nothing
     # test database's flush after the test would wait on it for good.
     try:
         with running_worker(beat=True, **FAST_CLAIM) as (_, _, worker):
-            # The first project's jobs get the lower Slurm ids; the ingest charges the
-            # highest first, so it charges the second project's and then waits for the first's.
-            ids = [
-                job_create(user=alice, request=quick_job(project, workdir, i)).pk
-                for project in (first, second)
-                for i in range(3)
-            ]
-            wait_for(lambda: submitted(ids) == 6, what="the jobs to be submitted")
+            # The first project's jobs reach Slurm first and so get the lower Slurm ids; the
+            # ingest charges the highest first, so it charges the second project's and then
+            # waits for the first's. (Created together, two worker processes could submit
+            # a first project's job after a second's: the ingest would wait on it before
+            # charging them all.)
+            ids = submit_three(alice, first, workdir) + submit_three(alice, second, workdir)
             locker.execute(
                 "SELECT 1 FROM accounts_allocation WHERE project_id = %s FOR UPDATE", [first.pk]
             )
