@@ -8,9 +8,11 @@ import pytest
 from django.db import connection
 
 from accounts.models import Allocation, LedgerEntry
+from clusters.slurm import client_for
 from jobs.invariants import Findings, invariants_check
-from jobs.models import AccountingRecord
+from jobs.models import AccountingRecord, Job
 from jobs.services import job_create
+from jobs.tasks import accounting_ingest_task
 from tests.conftest import running_worker
 from tests.factories import wait_for
 from tests.faults.support import (
@@ -30,6 +32,7 @@ pytestmark = [
 ]
 
 FAST_CLAIM = {"PORTAL_SLURM_COMMAND_TIMEOUT_S": "5", "PORTAL_JOB_SUBMIT_CLAIM_S": "20"}
+NO_BEAT_INGEST = {"PORTAL_ACCOUNTING_INTERVAL_S": "86400"}
 
 
 def waiting_on_a_lock() -> bool:
@@ -39,6 +42,12 @@ def waiting_on_a_lock() -> bool:
             "WHERE datname = current_database() AND wait_event_type = 'Lock'"
         )
         return cursor.fetchone()[0] > 0
+
+
+def ended_in_accounting(cluster, slurm_ids: list[int]) -> int:
+    """How many of the Slurm jobs accounting reports ended."""
+    entries = client_for(cluster).accounting_since(cluster.created_at)
+    return sum(1 for e in entries if e.job_id in slurm_ids and e.ended_at is not None)
 
 
 def submit_three(user, project, workdir) -> list[int]:
@@ -64,16 +73,24 @@ def test_a_worker_killed_mid_ingest_and_mid_burst_loses_nothing_and_does_nothing
     # Closed whatever happens: a transaction left open holds the row lock, and the
     # test database's flush after the test would wait on it for good.
     try:
-        with running_worker(beat=True, **FAST_CLAIM) as (_, _, worker):
-            # The first project's jobs reach Slurm first and so get the lower Slurm ids; the
-            # ingest charges the highest first, so it charges the second project's and then
-            # waits for the first's. (Created together, two worker processes could submit
-            # a first project's job after a second's: the ingest would wait on it before
-            # charging them all.)
+        # Beat runs everything but the ingest, which the test starts once all six jobs
+        # have ended: it then meets them all in one run, charging from the highest Slurm
+        # id down. (Run by beat as they end, one run could meet a first project's job
+        # ended and the second's not yet, and wait on the lock before charging them.)
+        with running_worker(beat=True, **FAST_CLAIM, **NO_BEAT_INGEST) as (_, _, worker):
+            # The first project's jobs reach Slurm first and so get the lower Slurm ids.
+            # (Created together, two worker processes could submit one of them later.)
             ids = submit_three(alice, first, workdir) + submit_three(alice, second, workdir)
+            slurm_ids = list(Job.objects.filter(pk__in=ids).values_list("slurm_job_id", flat=True))
+            wait_for(
+                lambda: ended_in_accounting(dev_cluster, slurm_ids) == 6,
+                what="the six jobs to run and end in Slurm",
+                timeout_s=150,  # slow on a loaded machine: they may wait for GPUs
+            )
             locker.execute(
                 "SELECT 1 FROM accounts_allocation WHERE project_id = %s FOR UPDATE", [first.pk]
             )
+            accounting_ingest_task.delay(dev_cluster.pk)
             wait_for(
                 lambda: (
                     AccountingRecord.objects.filter(
@@ -82,7 +99,6 @@ def test_a_worker_killed_mid_ingest_and_mid_burst_loses_nothing_and_does_nothing
                     == 3
                 ),
                 what="the ingest to charge the second project's jobs",
-                timeout_s=150,  # the jobs run and end first; slow on a loaded machine
             )
             wait_for(
                 waiting_on_a_lock, what="the ingest to wait for the first project's allocation"
