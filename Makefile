@@ -34,7 +34,8 @@ status:
 
 # Run lint, type checks and the whole test suite against the real local stack, started here:
 # on TEST_PROCESSES processes (pytest-xdist; a module's tests stay on one process, as they
-# share its fixtures and the Slurm accounts it names), then the tests that stop shared
+# share its fixtures and the Slurm accounts it names; the longest modules first,
+# tests/conftest.py's LONGEST_FILES), then the tests that stop shared
 # daemons alone. mypy runs beside the first part (the suite mostly waits on Slurm); its
 # report comes after, and any failure of the three fails the target.
 TEST_PROCESSES ?= 5
@@ -43,7 +44,7 @@ test: $(INSTALLED) stack
 	$(VENV)/bin/ruff format --check .
 	$(PY) manage.py compilemessages --ignore=.venv --verbosity 0
 	mkdir -p var; $(VENV)/bin/mypy > var/mypy.log 2>&1 & mypy=$$!; \
-	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile -m "not exclusive"; parallel=$$?; \
+	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder -m "not exclusive"; parallel=$$?; \
 	wait $$mypy; typed=$$?; cat var/mypy.log; \
 	$(VENV)/bin/pytest -m exclusive; alone=$$?; \
 	exit $$(( parallel || typed || alone ))

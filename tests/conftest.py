@@ -19,24 +19,36 @@ from tests.slurm_accounts import DEV_CLUSTER, SlurmOperator
 REPO = Path(__file__).resolve().parent.parent
 
 
-# The test files that take longest (minutes, on the machine CI runs on), longest first:
-# they are handed to test processes first, so that the parallel part does not end with
-# one process still running a long file that started last (``--dist loadfile`` hands
-# files out in the order they are collected). Measured with ``--durations=0``.
+# The test files that take longest (seconds with five processes on two cores), longest
+# first: they are handed to test processes first, so that the parallel part does not end
+# with one process still running a long file that started last. ``--dist loadfile`` hands
+# files out in the order they are collected only with ``--no-loadscope-reorder`` (the
+# Makefile's): by default pytest-xdist hands out the files with most tests first, and the
+# one-test fault drills of a minute came last. Measured with ``--junitxml``.
 LONGEST_FILES = (
-    "tests/jobs/test_forged_tokens.py",  # 205 s
-    "tests/clusters/test_contract_dev.py",  # 160 s
-    "tests/portal/test_crawl.py",  # 159 s
-    "tests/accounts/test_reconcile.py",  # 145 s
-    "tests/jobs/test_job_submit.py",  # 89 s
-    "tests/accounts/test_adoption.py",  # 75 s
-    "tests/jobs/test_invariants.py",  # 72 s
-    "tests/clusters/test_contract_next.py",  # 59 s
+    "tests/jobs/test_forged_tokens.py",  # 243 s
+    "tests/clusters/test_contract_dev.py",  # 203 s
+    "tests/accounts/test_reconcile.py",  # 194 s
+    "tests/portal/test_crawl.py",  # 161 s
+    "tests/jobs/test_invariants.py",  # 132 s
+    "tests/jobs/test_job_submit.py",  # 129 s
+    "tests/security/test_authorization_matrix.py",  # 116 s
+    "tests/accounts/test_adoption.py",  # 86 s
+    "tests/clusters/test_contract_next.py",  # 76 s
     "tests/browser/test_researcher.py",  # 54 s
-    "tests/security/test_authorization_matrix.py",  # 52 s
-    "tests/faults/test_worker_kill.py",  # 51 s
-    "tests/faults/test_restore.py",  # 31 s
-    "tests/faults/test_upgrade.py",  # 25 s
+    "tests/faults/test_upgrade.py",  # 52 s
+    "tests/faults/test_worker_kill.py",  # 52 s
+    "tests/jobs/test_pipeline.py",  # 45 s
+    "tests/faults/test_restore.py",  # 44 s
+    "tests/security/test_script_injection.py",  # 42 s
+    "tests/security/test_path_traversal.py",  # 42 s
+    "tests/faults/test_postgres.py",  # 39 s
+    "tests/jobs/test_two_clusters.py",  # 36 s
+    "tests/jobs/test_submit_faults.py",  # 34 s
+    "tests/jobs/test_job_mail_slurm.py",  # 32 s
+    "tests/faults/test_beat_twice.py",  # 30 s
+    "tests/client/test_on_the_dev_cluster.py",  # 30 s
+    "tests/browser/test_two_clusters.py",  # 30 s
 )
 
 
