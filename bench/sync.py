@@ -345,12 +345,15 @@ def live_queue(
 
 
 def cancel_live_jobs(target: DevCluster) -> None:
-    """Cancel the bench's jobs on the cluster by id, 5,000 a command: ``scancel --account``
-    alone slows to about ten a second after a first burst at 100,000 (half an hour)."""
+    """Cancel the bench's jobs on the cluster by id, 500 a command, 8 commands at once:
+    ``scancel --account`` alone, or 5,000 ids a command one after another, slows to about
+    ten jobs a second after a first burst at 100,000 queued (over an hour) with both cores
+    idle; 8 commands of 500 cancelled 43,000 in about 40 s."""
     listed = target.run(["squeue", "--noheader", f"--account={LIVE_ACCOUNT}", "--format=%i"])
     ids = listed.stdout.split()
-    for start in range(0, len(ids), 5000):
-        target.run(["scancel", *ids[start : start + 5000]])
+    chunks = [ids[start : start + 500] for start in range(0, len(ids), 500)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda chunk: target.run(["scancel", *chunk]), chunks))
     target.run(["scancel", f"--account={LIVE_ACCOUNT}"])  # any it did not list
 
 
