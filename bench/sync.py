@@ -35,7 +35,7 @@ whole `queue_sync` runs through the cli adapter: a tenth of the jobs changed (ha
 them a new state and event), with the status due and not, and nothing changed; with the
 queries of one sync and the peak RSS of one sync in a fresh process. The dev clusters
 hold up to 110,000 jobs (`MaxJobCount` in `dev/slurm/slurm.conf.in` and
-`dev/slurm-next/`), room for `--queued 100000` (about 5 minutes of `sbatch` per cluster);
+`dev/slurm-next/`), room for `--queued 100000` (10 to 20 minutes of `sbatch` per cluster);
 a queue that does not fit under a cluster's `MaxJobCount` (a cluster set up before it
 was raised: `dev/stack stop && dev/stack start` applies it; a bench must not restart the
 shared stack's slurmctld itself) is skipped, and `--listing-ms` then gives the raw

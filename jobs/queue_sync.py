@@ -266,11 +266,12 @@ def queue_sync(*, cluster: Cluster, client: SlurmClient | None = None) -> QueueS
     (``PORTAL_CLUSTER_STATUS_INTERVAL_S``) the nodes are read too (one more call) and the
     status is made from them and the same queue listing."""
     client = client or shared_client_for(cluster)
-    entries: list[QueueEntry] = []  # the listing as read, for the status
+    entries: list[QueueEntry] = []  # the listing as read, kept only for a status due
     with client.queue_stream() as listing:
         # Slurm prepares the listing meanwhile.
         status_due = cluster_status_due(cluster)
-        result = queue_apply(cluster=cluster, entries=_kept(listing, entries))
+        read = _kept(listing, entries) if status_due else listing
+        result = queue_apply(cluster=cluster, entries=read)
     if status_due:
         try:
             nodes = client.nodes()

@@ -264,13 +264,11 @@ class CliClient:
     def queue(self) -> list[QueueEntry]:
         return self._queue()
 
-    @contextlib.contextmanager
-    def queue_stream(self) -> Iterator[Iterator[QueueEntry]]:
+    def queue_stream(self) -> contextlib.AbstractContextManager[Iterator[QueueEntry]]:
         # squeue prints its first record only once it has the whole queue from slurmctld
         # and sorted it (two thirds of its time at 10,000 jobs); from then on it formats
         # on one core while its records are parsed on the other.
-        with self._squeue_stream() as entries:
-            yield entries
+        return self._squeue_stream()
 
     def _queue(self, *selection: str) -> list[QueueEntry]:
         with self._squeue_stream(*selection) as entries:
