@@ -250,6 +250,35 @@ def ledger_hold(
     raise _refusal(gpu_seconds, available, remaining)
 
 
+def ledger_hold_raise(
+    *,
+    allocation: Allocation,
+    reference: str,
+    gpu_seconds: int,
+    user: User | None = None,
+    partition: Partition | None = None,
+) -> LedgerEntry:
+    """Hold ``gpu_seconds`` more for something already held, as far as the allocation
+    covers them (no member cap is asked: Slurm already runs the job), under a reference
+    of its own (``Job.hold_references``). What was held, possibly less or nothing, is the
+    entry's; a repeat returns the first entry."""
+    if gpu_seconds <= 0:
+        raise ValueError("A raise holds a positive number of GPU-seconds.")
+    with transaction.atomic():
+        locked = _locked(allocation.pk)
+        if (existing := _existing(LedgerEntry.Kind.HOLD, reference)) is not None:
+            return existing
+        held = min(gpu_seconds, max(locked.available_gpu_seconds, 0))
+        return _append(
+            allocation=locked,
+            kind=LedgerEntry.Kind.HOLD,
+            gpu_seconds=-held,
+            reference=reference,
+            user=user,
+            partition=partition,
+        )
+
+
 def _refusal(gpu_seconds: int, available: int, member_remaining: int | None) -> QuotaExceeded:
     return QuotaExceeded(
         requested_gpu_hours=gpu_seconds / 3600,
@@ -284,12 +313,13 @@ def ledger_charge(
     allocation: Allocation,
     reference: str,
     gpu_seconds: int,
-    release_reference: str = "",
+    release_references: tuple[str, ...] | list[str] = (),
     user: User | None = None,
     partition: Partition | None = None,
 ) -> LedgerEntry:
-    """Charge what a finished job used, exactly once per accounting record, and release
-    its hold in the same transaction. A repeat returns the first charge."""
+    """Charge what a run of a job used, exactly once per accounting record, and release
+    the holds named (the job's, when this run ends it) in the same transaction. A repeat
+    returns the first charge."""
     if gpu_seconds < 0:
         raise ValueError("A charge cannot be negative.")
     try:
@@ -305,7 +335,7 @@ def ledger_charge(
                 user=user,
                 partition=partition,
             )
-            if release_reference:
+            for release_reference in release_references:
                 hold = _existing(LedgerEntry.Kind.HOLD, release_reference)
                 if hold is not None:
                     _release_in_transaction(hold)

@@ -1,7 +1,7 @@
 """Reads of projects and allocations shared by pages and the API."""
 
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -28,6 +28,7 @@ from accounts.models import (
     available_gpu_seconds,
 )
 from accounts.permissions import is_allocation_manager, led_project_ids
+from audit.models import AuditEvent
 from clusters.models import Cluster
 from clusters.selectors import clusters_enabled
 from clusters.slurm.types import PORTAL_ORGANIZATION
@@ -291,3 +292,28 @@ def max_submit_jobs_for(*, project: Project, cluster: Cluster) -> int:
     # One site-wide number for now (PORTAL_SLURM_MAX_SUBMIT_JOBS), the same for every
     # project and cluster; the arguments are where a per-project one would come from.
     return settings.SLURM_MAX_SUBMIT_JOBS
+
+
+def account_users_since(
+    projects: Collection[Project], *, cluster: Cluster, since: dt.datetime
+) -> dict[str, set[str]]:
+    """By Slurm account, the users who may have run work under it since ``since``: the
+    POSIX names of the project's members, of those whose membership was removed since
+    (audited), and of the users a site had given an adopted account and that were kept
+    (``AdoptedAccount.kept_users``). Only their work is the project's to pay for."""
+    accounts = {project.slurm_account: project for project in projects}
+    users: dict[str, set[str]] = {account: set() for account in accounts}
+    members = Membership.objects.filter(project__in=accounts.values()).values_list(
+        "project__slurm_account", "user__posix_username"
+    )
+    removed = AuditEvent.objects.filter(
+        action=AuditEvent.Action.MEMBERSHIP_REMOVE, scope__in=accounts, at__gte=since
+    ).values_list("scope", "on_behalf_of__posix_username")
+    for account, name in [*members, *removed]:
+        if name:
+            users[account].add(name)
+    for account, kept in AdoptedAccount.objects.filter(
+        cluster=cluster, account__in=accounts
+    ).values_list("account", "kept_users"):
+        users[account].update(name for name in kept or [] if isinstance(name, str))
+    return users

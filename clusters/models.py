@@ -207,3 +207,37 @@ class ClusterStatus(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name} at {self.taken_at:%c}"
+
+
+class RefusedRecord(models.Model):
+    """A record of one of the cluster's listings that the portal did not take
+    (``clusters.slurm.types.Refused``): unreadable, or contradicting another record of
+    the same listing. One row per distinct record, seen again and again while Slurm
+    keeps listing it; the invariants check, the metrics and the drift page report them."""
+
+    class Listing(models.TextChoices):
+        QUEUE = "queue", _("queue")
+        ACCOUNTING = "accounting", _("accounting")
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="refused_records")
+    listing = models.CharField(max_length=16, choices=Listing.choices)
+    slurm_job_id = models.BigIntegerField(null=True, blank=True)
+    problem = models.CharField(max_length=300)
+    text = models.TextField(blank=True)
+    # The same record seen again counts here, it makes no second row.
+    fingerprint = models.CharField(max_length=64)
+    first_seen_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    times_seen = models.PositiveIntegerField(default=1)
+
+    class Meta:
+        ordering = ["-last_seen_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "listing", "fingerprint"], name="refused_record_once"
+            ),
+        ]
+        indexes = [models.Index(fields=["last_seen_at"], name="refused_record_seen")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name} {self.listing} {self.slurm_job_id}: {self.problem}"

@@ -10,7 +10,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from clusters.errors import NoSuchCluster
-from clusters.models import Cluster, ClusterProbe, ClusterStatus, Partition
+from clusters.models import Cluster, ClusterProbe, ClusterStatus, Partition, RefusedRecord
 
 
 def clusters_enabled() -> QuerySet[Cluster]:
@@ -125,3 +125,19 @@ def partition_pending_jobs(cluster_id: int, partition: str) -> int | None:
             pending = one.get("pending_jobs")
             return pending if isinstance(pending, int) else None
     return None
+
+
+# How long a refused record counts as current: seen again within this, it is still listed.
+REFUSED_RECENT = dt.timedelta(days=1)
+
+
+def refused_records_recent(
+    *, clusters: Collection[Cluster] | None = None, now: dt.datetime | None = None
+) -> QuerySet[RefusedRecord]:
+    """The records Slurm's listings gave that the portal refused, seen within
+    ``REFUSED_RECENT``, most recently seen first."""
+    since = (now or timezone.now()) - REFUSED_RECENT
+    found = RefusedRecord.objects.filter(last_seen_at__gte=since).select_related("cluster")
+    if clusters is not None:
+        found = found.filter(cluster__in=clusters)
+    return found.order_by("-last_seen_at")

@@ -1,6 +1,7 @@
 """Every write to clusters and partitions."""
 
 import datetime as dt
+import hashlib
 import logging
 import time
 from decimal import Decimal
@@ -8,14 +9,14 @@ from typing import cast
 
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import models, transaction
+from django.db import connection, models, transaction
 from django.utils import timezone
 
 from audit.models import AuditEvent
 from audit.services import audit_record
-from clusters.models import Cluster, ClusterProbe, ClusterStatus, Partition
+from clusters.models import Cluster, ClusterProbe, ClusterStatus, Partition, RefusedRecord
 from clusters.slurm import SlurmError, client_for
-from clusters.slurm.types import NodeInfo, QueueEntry
+from clusters.slurm.types import NodeInfo, QueueEntry, Refused
 from clusters.status import status_snapshot
 
 logger = logging.getLogger(__name__)
@@ -204,3 +205,51 @@ def cluster_status_failed(*, cluster: Cluster, error: str) -> None:
     """Say on the cluster's status that its last poll could not read it; the snapshot
     before stays (it shows its own time)."""
     ClusterStatus.objects.filter(cluster=cluster).update(error=error[:500], error_at=timezone.now())
+
+
+def refused_records_report(
+    *, cluster: Cluster, listing: RefusedRecord.Listing, refused: list[Refused]
+) -> None:
+    """Keep the records a listing of the cluster refused (``RefusedRecord``): a new one
+    gets a row, one seen before is counted again. Logged as warnings too. Nothing when
+    nothing was refused (every queue sync calls this)."""
+    if not refused:
+        return
+    now = timezone.now()
+    for record in refused:
+        logger.warning(
+            "%s %s: refused Slurm job %s: %s", cluster.name, listing, record.job_id, record.problem
+        )
+    rows = {}
+    for record in refused:
+        fingerprint = hashlib.sha256(
+            f"{record.job_id}\0{record.problem}\0{record.text}".encode(errors="replace")
+        ).hexdigest()
+        rows[fingerprint] = record
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            _REFUSED_UPSERT.format(table=RefusedRecord._meta.db_table),  # the table name is ours
+            [
+                {
+                    "cluster": cluster.pk,
+                    "listing": str(listing),
+                    "job_id": record.job_id,
+                    "problem": record.problem[:300],
+                    # PostgreSQL's text holds no NUL, which Slurm never prints anyway.
+                    "text": record.text.replace("\0", "\ufffd"),
+                    "fingerprint": fingerprint,
+                    "now": now,
+                }
+                for fingerprint, record in sorted(rows.items())
+            ],
+        )
+
+
+_REFUSED_UPSERT = """
+INSERT INTO {table} (cluster_id, listing, slurm_job_id, problem, text, fingerprint,
+                     first_seen_at, last_seen_at, times_seen)
+VALUES (%(cluster)s, %(listing)s, %(job_id)s, %(problem)s, %(text)s, %(fingerprint)s,
+        %(now)s, %(now)s, 1)
+ON CONFLICT (cluster_id, listing, fingerprint)
+DO UPDATE SET last_seen_at = EXCLUDED.last_seen_at, times_seen = {table}.times_seen + 1
+"""

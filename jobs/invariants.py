@@ -146,14 +146,17 @@ def _charge_violations(clusters: list[Cluster]) -> list[Violation]:
                 kind=LedgerEntry.Kind.CHARGE, reference__startswith=f"{cluster.name}:"
             ).values_list("reference", "gpu_seconds")
         )
-        for slurm_job_id, gpu_seconds in charged.values_list("slurm_job_id", "charged_gpu_seconds"):
-            entry = in_ledger.get(f"{cluster.name}:{slurm_job_id}")
+        for slurm_job_id, reference, gpu_seconds in charged.values_list(
+            "slurm_job_id", "charge_reference", "charged_gpu_seconds"
+        ):
+            entry = in_ledger.get(reference)
             if entry is None or -entry != gpu_seconds:
                 violations.append(
                     Violation(
                         "charge-mismatch",
-                        f"Slurm job {cluster.name}:{slurm_job_id} was charged {gpu_seconds} "
-                        f"GPU-s, the ledger has {'no charge' if entry is None else -entry}",
+                        f"Slurm job {cluster.name}:{slurm_job_id} ({reference or 'no reference'}) "
+                        f"was charged {gpu_seconds} GPU-s, the ledger has "
+                        f"{'no charge' if entry is None else -entry}",
                     )
                 )
         used = (
@@ -178,7 +181,11 @@ def _open_hold_violations(clusters: list[Cluster]) -> list[Violation]:
         Q(used_gpu_seconds__isnull=False)
         | Q(slurm_job_id__isnull=True, state__in=[JobState.SUBMIT_FAILED, JobState.CANCELLED])
     )
-    references = {job.hold_reference: job for job in finished.only("id", "submit_token", "state")}
+    references = {
+        reference: job
+        for job in finished.only("id", "submit_token", "state", "hold_raises")
+        for reference in job.hold_references
+    }
     held = set(
         LedgerEntry.objects.filter(
             kind=LedgerEntry.Kind.HOLD, reference__in=references

@@ -85,6 +85,9 @@ class Job(models.Model):
     depends_on = models.ManyToManyField("self", symmetrical=False, blank=True)
     script = models.TextField()
     rendered_script = models.TextField()
+    # Whether Slurm may run the job again after a node failure or a preemption (--requeue);
+    # every run is charged either way. Off unless the template asks for it.
+    requeue = models.BooleanField(default=False, db_default=False)
 
     # Submission: the token travels in Slurm's comment and finds the job again.
     submit_token = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
@@ -127,6 +130,9 @@ class Job(models.Model):
     )
     requested_gpu_seconds = models.BigIntegerField()
     used_gpu_seconds = models.BigIntegerField(null=True, blank=True)
+    # How many times the hold was raised after submission (the job grew in Slurm: see
+    # ``hold_references``).
+    hold_raises = models.PositiveSmallIntegerField(default=0, db_default=0)
 
     created_at = models.DateTimeField(auto_now_add=True)
     submitted_at = models.DateTimeField(null=True, blank=True)
@@ -179,6 +185,12 @@ class Job(models.Model):
         return f"job:{self.submit_token}"
 
     @property
+    def hold_references(self) -> list[str]:
+        """The job's hold and each raise of it, all released when the job ends."""
+        base = self.hold_reference
+        return [base, *(f"{base}+{number}" for number in range(1, self.hold_raises + 1))]
+
+    @property
     def comment(self) -> str:
         return comment_for(self.submit_token)
 
@@ -223,7 +235,9 @@ class JobEvent(models.Model):
 
 
 class AccountingRecord(models.Model):
-    """One Slurm job (or array task), portal or not, as accounting reports it."""
+    """One run of a Slurm job (or array task), portal or not, as accounting reports it: a
+    requeued job runs again under the same id with a new submit time, and each run is a
+    record of its own, charged on its own (``charge_reference``)."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="accounting")
     slurm_job_id = models.BigIntegerField()
@@ -254,8 +268,10 @@ class AccountingRecord(models.Model):
     mem_peak_bytes = models.BigIntegerField(null=True, blank=True)
     gpu_util_percent = models.FloatField(null=True, blank=True)
     gpu_mem_peak_bytes = models.BigIntegerField(null=True, blank=True)
-    # Set once, when the record's charge is in the ledger (possibly of 0).
+    # Set once, when the record's charge is in the ledger (possibly of 0), with the
+    # ledger entry's reference ("" when nothing could be charged: see the note).
     charged_gpu_seconds = models.BigIntegerField(null=True, blank=True)
+    charge_reference = models.CharField(max_length=100, blank=True)
     charge_note = models.CharField(max_length=300, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -263,7 +279,9 @@ class AccountingRecord(models.Model):
         ordering = ["-slurm_job_id"]
         constraints = [
             models.UniqueConstraint(
-                fields=["cluster", "slurm_job_id"], name="accounting_record_unique"
+                fields=["cluster", "slurm_job_id", "submitted_at"],
+                nulls_distinct=False,
+                name="accounting_run_unique",
             ),
         ]
         indexes = [

@@ -10,7 +10,6 @@ own user, which must be a Slurm operator, through the command prefix when the
 cluster's tools are not the worker's own (``clusters/prefixes.py``).
 """
 
-import codecs
 import contextlib
 import datetime as dt
 import os
@@ -32,14 +31,13 @@ from clusters.slurm.errors import (
     says,
 )
 from clusters.slurm.parsing import (
-    FIELD_SEPARATOR,
     SACCT_FORMAT,
     SACCTMGR_ACCOUNT_FORMAT,
     SACCTMGR_ASSOCIATION_FORMAT,
     SINFO_PARTITION_FORMAT,
     SQUEUE_FORMAT,
     SSHARE_FORMAT,
-    parse_sacct,
+    parse_sacct_stream,
     parse_sacctmgr_accounts,
     parse_sacctmgr_associations,
     parse_scontrol_nodes,
@@ -54,14 +52,18 @@ from clusters.slurm.types import (
     PORTAL_ORGANIZATION,
     AccountingEntry,
     AccountLimits,
+    Listing,
+    ListingStream,
     MinutesUsed,
     NodeInfo,
     PartitionInfo,
     QueueEntry,
+    Refused,
     SlurmAccount,
     StartEstimate,
     SubmitRequest,
     ids_with_comment,
+    queue_checked,
     with_unstarted_ends,
 )
 
@@ -175,9 +177,10 @@ class CliClient:
         return completed
 
     @contextlib.contextmanager
-    def _streamed(self, argv: list[str]) -> Iterator[Iterator[str]]:
+    def _streamed(self, argv: list[str]) -> Iterator[Iterator[bytes]]:
         """The tool's output (run as the worker's own user) as it prints it: chunks of
-        text, read while the tool still runs. At its end the iterator raises as ``_run``
+        bytes, read while the tool still runs (the listings' parsers cut records by byte
+        counts, so nothing is decoded here). At its end the iterator raises as ``_run``
         does when the tool failed, and at the deadline SlurmUnavailable; whatever was
         read before is then not a whole answer. Leaving the block stops the tool."""
         command = self.command(argv)
@@ -202,14 +205,11 @@ class CliClient:
 
     def _chunks(
         self, tool: str, process: subprocess.Popen, stderr: IO[bytes], deadline: float
-    ) -> Iterator[str]:
+    ) -> Iterator[bytes]:
         timed_out = SlurmUnavailable(f"{tool} gave no answer within {self.timeout_s:g} s")
         out = process.stdout.fileno()  # type: ignore[union-attr]
         ready = select.poll()
         ready.register(out, select.POLLIN)
-        # As _run reads it (text=True, errors="replace"): a character split between two
-        # chunks is decoded whole.
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not ready.poll(remaining * 1000):
@@ -218,7 +218,7 @@ class CliClient:
             data = os.read(out, 1 << 16)
             if not data:
                 break
-            yield decoder.decode(data)
+            yield data
         try:
             status = process.wait(max(deadline - time.monotonic(), 0))
         except subprocess.TimeoutExpired:
@@ -228,7 +228,6 @@ class CliClient:
             stderr.seek(0)
             message = stderr.read().decode(errors="replace").strip()
             raise error_from_message(message or f"{tool} exited with status {status}")
-        yield decoder.decode(b"", final=True)
 
     # --- the protocol ------------------------------------------------------------
 
@@ -261,26 +260,27 @@ class CliClient:
             return queued
         return ids(self._accounting(since, f"--user={user}", f"--accounts={account}"))
 
-    def queue(self) -> list[QueueEntry]:
+    def queue(self) -> Listing[QueueEntry]:
         return self._queue()
 
-    def queue_stream(self) -> contextlib.AbstractContextManager[Iterator[QueueEntry]]:
+    def queue_stream(self) -> contextlib.AbstractContextManager[ListingStream[QueueEntry]]:
         # squeue prints its first record only once it has the whole queue from slurmctld
         # and sorted it (two thirds of its time at 10,000 jobs); from then on it formats
         # on one core while its records are parsed on the other.
         return self._squeue_stream()
 
-    def _queue(self, *selection: str) -> list[QueueEntry]:
-        with self._squeue_stream(*selection) as entries:
-            return list(entries)
+    def _queue(self, *selection: str) -> Listing[QueueEntry]:
+        with self._squeue_stream(*selection) as listing:
+            return queue_checked(listing, refused=listing.refused)
 
     @contextlib.contextmanager
-    def _squeue_stream(self, *selection: str) -> Iterator[Iterator[QueueEntry]]:
+    def _squeue_stream(self, *selection: str) -> Iterator[ListingStream[QueueEntry]]:
         argv = ["squeue", "--noheader", "--all", "--states=all", *selection, "-o", SQUEUE_FORMAT]
         with self._streamed(argv) as chunks:
-            yield parse_squeue_stream(chunks)
+            refused: list[Refused] = []
+            yield ListingStream(parse_squeue_stream(chunks, refused), refused)
 
-    def accounting_since(self, since: dt.datetime) -> list[AccountingEntry]:
+    def accounting_since(self, since: dt.datetime) -> Listing[AccountingEntry]:
         # The first read takes the steps too (usage lives there only: StepUsage); the
         # second asks for jobs that never ran, which have none.
         return with_unstarted_ends(
@@ -290,17 +290,17 @@ class CliClient:
 
     def _accounting(
         self, since: dt.datetime, *selection: str, steps: bool = False
-    ) -> list[AccountingEntry]:
+    ) -> Listing[AccountingEntry]:
         # sacct refuses a start after its end ("now"); Slurm's clock may be behind ours.
         since = min(since, dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1))
         start = since.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
         only_jobs = [] if steps else ["--allocations"]
-        result = self._run(
-            ["sacct", *selection, *only_jobs, "--noheader", "--parsable2",
-             f"--delimiter={FIELD_SEPARATOR}", f"--starttime={start}", "--endtime=now",
-             f"--format={SACCT_FORMAT}"]
-        )  # fmt: skip
-        return parse_sacct(result.stdout)
+        # --duplicates: every run of a requeued job (each with its own submit time), not
+        # only the last; each is charged. Not --parsable: fixed widths (parsing.py).
+        argv = ["sacct", *selection, *only_jobs, "--duplicates", "--noheader",
+                f"--starttime={start}", "--endtime=now", f"--format={SACCT_FORMAT}"]  # fmt: skip
+        with self._streamed(argv) as chunks:
+            return parse_sacct_stream(chunks)
 
     def cancel(self, job_id: int, *, user: str) -> None:
         # scancel exits 0 for an unknown or ended job; only --verbose tells which.

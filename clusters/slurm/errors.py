@@ -42,7 +42,7 @@ class SlurmOutputInvalid(SlurmError, ValueError):
 
 # What Python raises when text or JSON is not the shape a parser expects: a field that
 # is not a number, too few fields, a list where an object belongs, a missing key.
-_MALFORMED = (ValueError, KeyError, IndexError, TypeError, AttributeError, OverflowError)
+MALFORMED = (ValueError, KeyError, IndexError, TypeError, AttributeError, OverflowError)
 
 
 def reads_slurm_output(parse: Callable[_P, _R]) -> Callable[_P, _R]:
@@ -55,7 +55,7 @@ def reads_slurm_output(parse: Callable[_P, _R]) -> Callable[_P, _R]:
             return parse(*args, **kwargs)
         except SlurmOutputInvalid:
             raise
-        except _MALFORMED as error:
+        except MALFORMED as error:
             raise _unreadable(parse, error) from error
 
     return checked
@@ -77,7 +77,7 @@ def reads_slurm_stream(parse: Callable[_P, Iterator[_T]]) -> Callable[_P, Iterat
             yield from parse(*args, **kwargs)
         except SlurmOutputInvalid:
             raise
-        except _MALFORMED as error:
+        except MALFORMED as error:
             raise _unreadable(parse, error) from error
 
     return checked

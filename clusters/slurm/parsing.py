@@ -6,18 +6,26 @@ import re
 from collections.abc import Iterable, Iterator
 from sys import intern
 
-from clusters.slurm.errors import SlurmOutputInvalid, reads_slurm_output, reads_slurm_stream
+from clusters.slurm.errors import (
+    MALFORMED,
+    SlurmOutputInvalid,
+    reads_slurm_output,
+    reads_slurm_stream,
+)
 from clusters.slurm.states import normalise_state
 from clusters.slurm.types import (
     AccountingEntry,
     AccountLimits,
+    Listing,
     MinutesUsed,
     NodeInfo,
     PartitionInfo,
     QueueEntry,
+    Refused,
     SlurmAccount,
     StartEstimate,
     StepUsage,
+    refused_text,
     with_step_usage,
 )
 
@@ -110,45 +118,92 @@ def parse_sinfo_partitions(text: str) -> list[PartitionInfo]:
     return [PartitionInfo(**entry) for entry in merged.values()]
 
 
-# Fields are split by the unit separator and squeue's records end with the
-# record separator, so '|' or a newline in a job name or comment cannot break
-# a record apart.
+# --- squeue and sacct: what users write is data, never structure -----------------------
+#
+# Slurm prints what users write (job names, comments) raw: every byte but NUL, the unit
+# and record separators and newlines included, so no delimiter can tell a name from the
+# record around it (issue 33: a name that held a whole record made the portal store, and
+# charge, a job that never was). So no byte of a user's text ever decides where a record
+# or a field ends:
+#
+# - squeue prints the comment and the name first, each at a fixed width in bytes
+#   (``%64k%64j``: squeue cuts a longer text and pads a shorter one with spaces), then the
+#   fields no user can write, split by the unit separator, then its newline. A record is
+#   128 bytes, whatever they hold, then text without a newline up to the next newline.
+# - sacct prints every field at a fixed width (``Field%-N`` without --parsable: it cuts a
+#   longer text, ending it with "+", and pads; no number it prints is wider than 20
+#   digits), so every record is exactly SACCT_RECORD_BYTES long and ends with a newline.
+#
+# The fields no user can write (ids, states, times, TRES, the names of users, accounts
+# and partitions an administrator made, Slurm's own reasons) are read strictly: a record
+# that does not read is set aside with its id (``Refused``) and the rest of the listing
+# goes on. Only output that breaks its own shape (a record of another length, an output
+# cut short) is refused whole: that is Slurm's format, nothing a user wrote.
+#
+# The widths are the tools' own promise, checked on every Slurm release the stack runs
+# (tests/clusters/contract.py: names and comments of every byte, longer than the width).
+
+# The bytes of a comment and of a name the listings carry: a submit token's comment is
+# 43 ("portal:" and a UUID), a portal job's name at most 64. A longer text is cut.
+TEXT_WIDTH = 64
 FIELD_SEPARATOR = "\x1f"
-RECORD_SEPARATOR = "\x1e"
 _NOT_A_VALUE = {"", "n/a", "none", "unknown", "(null)"}
 
 SQUEUE_FIELDS = (
     "%A", "%F", "%K", "%u", "%a", "%P", "%T", "%r", "%V", "%S", "%l",
     "%Q", "%b", "%D", "%N",  # priority, GPUs per node (tres_per_node), node count, nodes
-    "%k", "%j",  # comment and name last: the fields a user may fill with anything
 )  # fmt: skip
-SQUEUE_FORMAT = FIELD_SEPARATOR.join(SQUEUE_FIELDS) + RECORD_SEPARATOR
+# The user's texts first, at their widths (left-justified: squeue cuts and pads them).
+SQUEUE_FORMAT = f"%{TEXT_WIDTH}k%{TEXT_WIDTH}j" + FIELD_SEPARATOR.join(SQUEUE_FIELDS)
+_SQUEUE_TEXTS = 2 * TEXT_WIDTH
 
-SACCT_FIELDS = (
-    "JobIDRaw",
-    "JobID",
-    "User",
-    "Account",
-    "Partition",
-    "State",
-    "ExitCode",
-    "AllocTRES",
-    "ElapsedRaw",
-    "Submit",
-    "Start",
-    "End",
-    "Comment",
-    "TimelimitRaw",
-    "TotalCPU",
-    "TRESUsageInMax",
-    "TRESUsageInAve",
-    "JobName",  # last: the only field a user may fill with anything
+# Each field and its width in bytes, left-justified (``%-N``). Wide enough for what Slurm
+# writes there; a field of Slurm's own that fills its width may have been cut, and its
+# record is refused.
+SACCT_COLUMNS = (
+    ("JobIDRaw", 24),
+    ("JobID", 96),  # an array's pending tasks "24_[2-5,9%2]"
+    ("User", 64),
+    ("Account", 64),
+    ("Partition", 128),  # a pending job's "gpu,debug"
+    ("State", 32),  # "CANCELLED by 4294967294"
+    ("ExitCode", 16),
+    ("AllocTRES", 256),
+    ("ElapsedRaw", 24),
+    ("Submit", 24),
+    ("Start", 24),
+    ("End", 24),
+    ("TimelimitRaw", 24),
+    ("TotalCPU", 24),
+    ("TRESUsageInMax", 256),
+    ("TRESUsageInAve", 256),
+    ("Comment", TEXT_WIDTH),  # the user's texts: cut at the width, never refused
+    ("JobName", TEXT_WIDTH),
 )
-SACCT_FORMAT = ",".join(SACCT_FIELDS)
+SACCT_FORMAT = ",".join(f"{name}%-{width}" for name, width in SACCT_COLUMNS)
+# sacct prints each field and a space, then a newline.
+SACCT_RECORD_BYTES = sum(width + 1 for _, width in SACCT_COLUMNS) + 1
+_SACCT_SLICES = tuple(
+    slice(start, start + width)
+    for start, width in zip(
+        [sum(w + 1 for _, w in SACCT_COLUMNS[:i]) for i in range(len(SACCT_COLUMNS))],
+        [w for _, w in SACCT_COLUMNS],
+        strict=True,
+    )
+)
+_SACCT_TEXTS = 2  # the last two columns: the user's
 
 
 def _value(text: str) -> str | None:
     return None if text.strip().lower() in _NOT_A_VALUE else text
+
+
+def slurm_id(text: str) -> int:
+    """A Slurm id as the tools print it: ASCII digits only (``int`` would take " 7", "+7",
+    "7_000" and other scripts' digits, none of which Slurm prints)."""
+    if not (text.isascii() and text.isdigit()):
+        raise SlurmOutputInvalid(f"not a Slurm id: {text[:40]!r}")
+    return int(text)
 
 
 @functools.lru_cache(maxsize=8192)  # a queue repeats its timestamps many times
@@ -167,7 +222,7 @@ def parse_array_id(job_id_text: str) -> tuple[int | None, str | None]:
     if "_" not in job_id_text:
         return None, None
     array_job, task = job_id_text.split("_", 1)
-    return int(array_job), task
+    return slurm_id(array_job), task
 
 
 @reads_slurm_output
@@ -225,7 +280,7 @@ def gpus_per_node(tres_per_node: str) -> int:
 
 @functools.lru_cache(maxsize=64)
 def _count(text: str) -> int:
-    return int(text) if text.isdigit() else 0
+    return int(text) if text.isascii() and text.isdigit() else 0
 
 
 @functools.lru_cache(maxsize=1024)
@@ -233,78 +288,93 @@ def _job_gpus(tres_per_node: str, node_count: str) -> int:
     return gpus_per_node(tres_per_node) * _count(node_count)
 
 
-def _records(chunks: Iterable[str]) -> Iterator[str]:
-    """squeue's records one at a time, as its output comes in chunks (a record may span
-    several): never a list of them all, which would double the text's memory."""
-    rest = ""
+def _user_text(raw: bytes) -> str:
+    """A comment or a name as a fixed-width field holds it: the padding taken off, bytes
+    that are not UTF-8 replaced (a text cut inside a character ends in a replacement)."""
+    return raw.rstrip(b" ").decode("utf-8", errors="replace")
+
+
+def _squeue_records(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """squeue's records one at a time as its output comes in chunks (a record may span
+    several; never a list of them all, which would double the output's memory): the
+    fixed-width texts, then up to the newline. Output that ends inside a record was cut
+    short, and the whole listing is refused."""
+    rest = b""
     for chunk in chunks:
-        text = rest + chunk if rest else chunk
-        start, end = 0, text.find(RECORD_SEPARATOR)
-        while end >= 0:
-            yield text[start:end]
-            start, end = end + 1, text.find(RECORD_SEPARATOR, end + 1)
-        rest = text[start:]
-    yield rest
+        data = rest + chunk if rest else chunk
+        start, find = 0, data.find
+        while (end := find(b"\n", start + _SQUEUE_TEXTS)) >= 0:
+            yield data[start:end]
+            start = end + 1
+        rest = data[start:]
+    if rest:
+        raise SlurmOutputInvalid(f"squeue's output ends inside a record: {refused_text(rest)!r}")
 
 
 @reads_slurm_output
-def parse_squeue(text: str) -> list[QueueEntry]:
-    return list(parse_squeue_stream((text,)))
+def parse_squeue(output: bytes) -> Listing[QueueEntry]:
+    refused: list[Refused] = []
+    return Listing(parse_squeue_stream((output,), refused), refused)
 
 
 @reads_slurm_stream
-def parse_squeue_stream(chunks: Iterable[str]) -> Iterator[QueueEntry]:
-    """squeue's entries as its output comes in (``chunks`` of the text, split anywhere),
+def parse_squeue_stream(chunks: Iterable[bytes], refused: list[Refused]) -> Iterator[QueueEntry]:
+    """squeue's entries as its output comes in (``chunks`` of its bytes, split anywhere),
     each yielded as soon as its record is complete: the queue sync parses while squeue
-    still prints. What ``chunks`` raises (a tool that failed) comes through."""
+    still prints. A record that does not read goes to ``refused`` and the rest go on;
+    what ``chunks`` raises (a tool that failed) comes through."""
     # The hot path of every queue sync: names bound locally, values cached. The names a
     # queue repeats (users, accounts, partitions, reasons) are kept once, not once per job:
     # at 100,000 jobs that is a fifth of a sync's memory.
-    state_of, time_of, once = normalise_state, parse_slurm_time, intern
-    for record in _records(chunks):
-        record = record.lstrip("\n")
-        if not record:
+    state_of, time_of, once, text_of = normalise_state, parse_slurm_time, intern, _user_text
+    width, texts, fields_count = TEXT_WIDTH, _SQUEUE_TEXTS, len(SQUEUE_FIELDS)
+    for record in _squeue_records(chunks):
+        fields = record[texts:].decode("utf-8", errors="replace").split(FIELD_SEPARATOR)
+        try:
+            if len(fields) != fields_count:
+                raise SlurmOutputInvalid(f"{len(fields)} fields, not {fields_count}")
+            (job_id, array_job, array_task, user, account, partition, state, reason,
+             submitted, started, time_limit, priority, per_node, node_count,
+             nodes) = fields  # fmt: skip
+            is_array_task = array_task != "N/A"
+            pending = state == "PENDING"
+            comment = text_of(record[:width])
+            # Positional, in QueueEntry's field order: keywords cost a third more here.
+            entry = QueueEntry(
+                slurm_id(job_id),
+                slurm_id(array_job) if is_array_task else None,
+                array_task if is_array_task else None,
+                text_of(record[width:texts]),
+                once(user),
+                once(account),
+                once(partition),
+                state_of(state),
+                once(reason),
+                "" if comment == "(null)" else comment,
+                time_of(submitted),
+                # For a pending job squeue prints its expected start here; only a
+                # job that runs or ran has really started.
+                None if pending else time_of(started),
+                _time_limit(time_limit),
+                int(priority) if priority.isascii() and priority.isdigit() else 0,
+                time_of(started) if pending else None,
+                _job_gpus(per_node, node_count),
+                "" if pending else nodes,
+                per_node != "N/A",
+            )
+        except MALFORMED as error:
+            refused.append(_refused(fields[0], error, record))
             continue
-        (job_id, array_job, array_task, user, account, partition, state, reason,
-         submitted, started, time_limit, priority, per_node, node_count, nodes, comment,
-         name) = record.split(FIELD_SEPARATOR, len(SQUEUE_FIELDS) - 1)  # fmt: skip
-        is_array_task = array_task != "N/A"
-        pending = state == "PENDING"
-        # Positional, in QueueEntry's field order: keywords cost a third more here.
-        yield QueueEntry(
-            int(job_id),
-            int(array_job) if is_array_task else None,
-            array_task if is_array_task else None,
-            name,
-            once(user),
-            once(account),
-            once(partition),
-            state_of(state),
-            once(reason),
-            "" if comment == "(null)" else comment,
-            time_of(submitted),
-            # For a pending job squeue prints its expected start here; only a
-            # job that runs or ran has really started.
-            None if pending else time_of(started),
-            _time_limit(time_limit),
-            int(priority) if priority.isdigit() else 0,
-            time_of(started) if pending else None,
-            _job_gpus(per_node, node_count),
-            "" if pending else nodes,
-            per_node != "N/A",
-        )
+        yield entry
 
 
-def _sacct_records(text: str) -> list[list[str]]:
-    """Split sacct's lines into records; a newline inside a job name (the last
-    field) makes a line without separators, which continues the record before it."""
-    records: list[list[str]] = []
-    for line in text.splitlines():
-        if line.count(FIELD_SEPARATOR) >= len(SACCT_FIELDS) - 1:
-            records.append(line.split(FIELD_SEPARATOR, len(SACCT_FIELDS) - 1))
-        elif records:
-            records[-1][-1] += "\n" + line
-    return records
+def _refused(job_id: str, error: Exception, record: bytes) -> Refused:
+    known = job_id.isascii() and job_id.isdigit()
+    return Refused(
+        job_id=int(job_id) if known else None,
+        problem=f"cannot read the record: {error}",
+        text=refused_text(record),
+    )
 
 
 _SIZE_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50}
@@ -355,53 +425,105 @@ def _step_usage(total_cpu: str, usage_max: str, usage_ave: str) -> StepUsage:
     )
 
 
-@reads_slurm_output
-def parse_sacct(text: str) -> list[AccountingEntry]:
-    """Jobs (and array tasks) from sacct, each with the usage of its steps folded in
-    (the lines ``<raw id>.batch``, ``.extern``, ``.0``… that follow it without
-    ``--allocations``)."""
-    entries = []
-    steps: dict[int, list[StepUsage]] = {}
-    for fields in _sacct_records(text):
-        (raw_id, job_id, user, account, partition, state, exit_code, alloc_tres, elapsed,
-         submitted, started, ended, comment, time_limit, total_cpu, usage_max, usage_ave,
-         name) = fields  # fmt: skip
-        if "." in raw_id:
-            owner = raw_id.split(".", 1)[0]
-            if owner.isascii() and owner.isdigit():  # a heterogeneous job's "7+1.0" is left out
-                steps.setdefault(int(owner), []).append(
-                    _step_usage(total_cpu, usage_max, usage_ave)
+def _sacct_records(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """sacct's records of SACCT_RECORD_BYTES each, as its output comes in chunks. A record
+    that does not end with a newline, or output that ends inside one, is not the format
+    asked for: the whole listing is refused."""
+    size, rest = SACCT_RECORD_BYTES, b""
+    for chunk in chunks:
+        data = rest + chunk if rest else chunk
+        whole = len(data) - len(data) % size
+        for start in range(0, whole, size):
+            record = data[start : start + size]
+            if record[-1:] != b"\n":
+                raise SlurmOutputInvalid(
+                    f"sacct printed a record that is not {size} bytes: {refused_text(record)!r}"
                 )
+            yield record
+        rest = data[whole:]
+    if rest:
+        raise SlurmOutputInvalid(f"sacct's output ends inside a record: {refused_text(rest)!r}")
+
+
+def _sacct_fields(record: bytes) -> list[str]:
+    """A record's fields as text. A field of Slurm's own that fills its column may have
+    been cut (sacct ends a cut text with "+"): the record is not read."""
+    fields = []
+    last_own = len(_SACCT_SLICES) - _SACCT_TEXTS
+    for index, where in enumerate(_SACCT_SLICES):
+        raw = record[where]
+        if index >= last_own:
+            fields.append(_user_text(raw))
             continue
-        array_job_id, array_task = parse_array_id(job_id)
-        code, signal = parse_exit_code(exit_code)
-        allocated = parse_tres_usage(alloc_tres)
-        entries.append(
-            AccountingEntry(
-                job_id=int(raw_id),
-                array_job_id=array_job_id,
-                array_task=array_task,
-                name=name,
-                user=user,
-                account=account,
-                partition=partition,
-                state=normalise_state(state),
-                exit_code=code,
-                signal=signal,
-                allocated_gpus=parse_alloc_gpus(alloc_tres),
-                allocated_cpus=parse_alloc_cpus(alloc_tres),
-                elapsed_s=int(elapsed or 0),
-                submitted_at=parse_slurm_time(submitted),
-                started_at=parse_slurm_time(started),
-                ended_at=parse_slurm_time(ended),
-                comment=_value(comment) or "",
-                time_limit_minutes=(
-                    int(time_limit) if time_limit.isascii() and time_limit.isdigit() else None
-                ),
-                mem_allocated_bytes=_recorded_size(allocated, "mem"),
-            )
-        )
-    return [with_step_usage(entry, steps.get(entry.job_id, [])) for entry in entries]
+        if raw[-1:] != b" ":
+            raise SlurmOutputInvalid(f"{SACCT_COLUMNS[index][0]} fills its column: cut")
+        fields.append(raw.decode("utf-8", errors="replace").strip())
+    return fields
+
+
+@reads_slurm_output
+def parse_sacct(output: bytes) -> Listing[AccountingEntry]:
+    return parse_sacct_stream((output,))
+
+
+@reads_slurm_output
+def parse_sacct_stream(chunks: Iterable[bytes]) -> Listing[AccountingEntry]:
+    """Runs of jobs (and array tasks) from sacct (``chunks`` of its output, split
+    anywhere), each with the usage of its own steps folded in: the lines ``<raw
+    id>.batch``, ``.extern``, ``.0``… that follow a run without ``--allocations``. With
+    ``--duplicates`` a requeued job is listed once per run, each run followed by its
+    steps. A record that does not read is refused, with its job id."""
+    runs: list[tuple[AccountingEntry, list[StepUsage]]] = []
+    refused: list[Refused] = []
+    for record in _sacct_records(chunks):
+        raw_id = record[_SACCT_SLICES[0]].decode("utf-8", errors="replace").strip()
+        try:
+            fields = _sacct_fields(record)
+            owner, dot, _step = raw_id.partition(".")
+            if dot:
+                # A step: it belongs to the run it follows. A heterogeneous job's "7+1.0"
+                # and a step without its run (not asked for) are left out.
+                if runs and owner.isascii() and owner.isdigit():
+                    run, steps = runs[-1]
+                    if run.job_id == int(owner):
+                        steps.append(_step_usage(*fields[13:16]))
+                continue
+            runs.append((_sacct_run(fields), []))
+        except MALFORMED as error:
+            refused.append(_refused(raw_id.partition(".")[0], error, record))
+    return Listing((with_step_usage(run, steps) for run, steps in runs), refused)
+
+
+def _sacct_run(fields: list[str]) -> AccountingEntry:
+    (raw_id, job_id, user, account, partition, state, exit_code, alloc_tres, elapsed,
+     submitted, started, ended, time_limit, _total_cpu, _usage_max, _usage_ave, comment,
+     name) = fields  # fmt: skip
+    array_job_id, array_task = parse_array_id(job_id)
+    code, signal = parse_exit_code(exit_code)
+    allocated = parse_tres_usage(alloc_tres)
+    return AccountingEntry(
+        job_id=slurm_id(raw_id),
+        array_job_id=array_job_id,
+        array_task=array_task,
+        name=name,
+        user=user,
+        account=account,
+        partition=partition,
+        state=normalise_state(state),
+        exit_code=code,
+        signal=signal,
+        allocated_gpus=parse_alloc_gpus(alloc_tres),
+        allocated_cpus=parse_alloc_cpus(alloc_tres),
+        elapsed_s=slurm_id(elapsed) if elapsed else 0,
+        submitted_at=parse_slurm_time(submitted),
+        started_at=parse_slurm_time(started),
+        ended_at=parse_slurm_time(ended),
+        comment=_value(comment) or "",
+        time_limit_minutes=(
+            int(time_limit) if time_limit.isascii() and time_limit.isdigit() else None
+        ),
+        mem_allocated_bytes=_recorded_size(allocated, "mem"),
+    )
 
 
 _TEST_ONLY = re.compile(r"to start at (?P<at>\S+) using \d+ processors on nodes (?P<nodes>\S+)")

@@ -8,13 +8,15 @@ does not exist.
 """
 
 import datetime as dt
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import Protocol
 
 from clusters.slurm.types import (
     AccountingEntry,
     AccountLimits,
+    Listing,
+    ListingStream,
     MinutesUsed,
     NodeInfo,
     PartitionInfo,
@@ -46,19 +48,27 @@ class SlurmClient(Protocol):
         look-up costs the same however long the cluster's history is.
         """
 
-    def queue(self) -> list[QueueEntry]:
-        """Every job in the cluster's queue, in one call."""
+    def queue(self) -> Listing[QueueEntry]:
+        """Every job in the cluster's queue, in one call. Records that cannot be read, and
+        every record of a job id listed twice, are in ``refused``, not among the entries
+        (``clusters.slurm.types.Refused``)."""
 
-    def queue_stream(self) -> AbstractContextManager[Iterator[QueueEntry]]:
-        """The same listing as ``queue``, its entries yielded as they are read: a backend
+    def queue_stream(self) -> AbstractContextManager[ListingStream[QueueEntry]]:
+        """The listing ``queue`` reads, its entries yielded as they are read: a backend
         that reads Slurm's answer as it comes (cli) lets the caller work on the first
         jobs while Slurm still sends the last. The listing is asked for on entering the
         block. Read to its end, the iterator raises like ``queue`` if the listing failed
         at any point, so only a listing read to its end without an error is whole;
-        leaving the block early stops the read."""
+        leaving the block early stops the read. The records it could not read are in its
+        ``refused`` once it has been read; a job id listed twice is the caller's to find
+        (``clusters.slurm.types.queue_checked``)."""
 
-    def accounting_since(self, since: dt.datetime) -> list[AccountingEntry]:
-        """Accounting records of jobs that changed (submitted, started, ended) since ``since``."""
+    def accounting_since(self, since: dt.datetime) -> Listing[AccountingEntry]:
+        """Accounting's record of every run of every job that was submitted, eligible,
+        running or ended since ``since``: a requeued job once per run (each with its own
+        submit time, ``types.run_key``). Records that cannot be read, a run listed twice
+        and every run of a job id listed for two users are in ``refused``
+        (``types.accounting_checked``)."""
 
     def cancel(self, job_id: int, *, user: str) -> None:
         """Cancel a job as its owner; a job that already ended is not an error."""

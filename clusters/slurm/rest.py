@@ -65,6 +65,8 @@ from clusters.slurm.types import (
     PORTAL_ORGANIZATION,
     AccountingEntry,
     AccountLimits,
+    Listing,
+    ListingStream,
     MinutesUsed,
     NodeInfo,
     PartitionInfo,
@@ -73,6 +75,7 @@ from clusters.slurm.types import (
     StartEstimate,
     SubmitRequest,
     ids_with_comment,
+    queue_checked,
     with_unstarted_ends,
 )
 
@@ -132,7 +135,7 @@ class RestClient:
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, trust_env=False)
         self._key: bytes | None = None
         self._tokens: dict[str, tuple[str, float]] = {}
-        self._queue: list[QueueEntry] | None = None
+        self._queue: Listing[QueueEntry] | None = None
         self._queue_asked_at = 0
         self._failed_exits: dict[int, tuple[int, int]] = {}
 
@@ -318,27 +321,29 @@ class RestClient:
         window = {"account": account, "submit_time": self._seconds_since(since)}
         return ids(self._accounting(window))
 
-    def queue(self) -> list[QueueEntry]:
+    def queue(self) -> Listing[QueueEntry]:
         params: Params | None = None
         if self._queue is not None:
             params = {"update_time": str(self._queue_asked_at)}
         asked_at = int(time.time()) - _QUEUE_CLOCK_SLACK_S
         path = self._slurm("/jobs")
         status, payload = self._send("GET", path, user=self.admin_user, params=params)
-        if status == 304 and self._queue is not None:
-            return list(self._queue)  # nothing changed since the last answer
-        payload = self._checked(status, payload, f"GET {self.base_url}{path}", empty_ok=False)
-        self._queue = parse_queue(payload)
-        self._failed_exits = parse_queue_exit_codes(payload)
-        self._queue_asked_at = asked_at
-        return list(self._queue)
+        if status != 304 or self._queue is None:
+            payload = self._checked(status, payload, f"GET {self.base_url}{path}", empty_ok=False)
+            parsed = parse_queue(payload)
+            self._queue = queue_checked(parsed, refused=parsed.refused)
+            self._failed_exits = parse_queue_exit_codes(payload)
+            self._queue_asked_at = asked_at
+        # A copy: the caller may change it; a 304 says nothing changed since the last answer.
+        return Listing(self._queue, self._queue.refused)
 
     @contextlib.contextmanager
-    def queue_stream(self) -> Iterator[Iterator[QueueEntry]]:
+    def queue_stream(self) -> Iterator[ListingStream[QueueEntry]]:
         # One JSON document, read whole before it can be parsed (and often a 304).
-        yield iter(self.queue())
+        listing = self.queue()
+        yield ListingStream(iter(listing), listing.refused)
 
-    def accounting_since(self, since: dt.datetime) -> list[AccountingEntry]:
+    def accounting_since(self, since: dt.datetime) -> Listing[AccountingEntry]:
         # start_time selects, like sacct --starttime, every job eligible, running or
         # ended in the window; the states of a job that ended without ever being
         # eligible are asked for again (22.05 heeds "state" only with an end_time, and
@@ -368,7 +373,7 @@ class RestClient:
         seconds = max(0, math.ceil((dt.datetime.now(dt.UTC) - since).total_seconds()))
         return f"now-{seconds + _WINDOW_SLACK_S}seconds"
 
-    def _accounting(self, window: Params, *, steps: bool = False) -> list[AccountingEntry]:
+    def _accounting(self, window: Params, *, steps: bool = False) -> Listing[AccountingEntry]:
         params = {
             **window,
             "skip_steps": "false" if steps else "true",
@@ -384,14 +389,16 @@ class RestClient:
             entries = self._with_controller_exit_codes(entries)
         return entries
 
-    def _with_controller_exit_codes(self, entries: list[AccountingEntry]) -> list[AccountingEntry]:
+    def _with_controller_exit_codes(
+        self, entries: Listing[AccountingEntry]
+    ) -> Listing[AccountingEntry]:
         """Fill the exit codes accounting lost from slurmctld, which keeps an
         ended job for MinJobAge (300 s by default) with its raw wait status."""
         try:
             self.queue()
         except SlurmError:
             return entries  # best effort: accounting itself answered
-        filled = []
+        filled: Listing[AccountingEntry] = Listing(refused=entries.refused)
         for entry in entries:
             known = self._failed_exits.get(entry.job_id)
             if entry.exit_code is None and known is not None:

@@ -26,26 +26,31 @@ import re
 from typing import Any
 
 from clusters.slurm.errors import (
+    MALFORMED,
     UNAVAILABLE_MARKERS,
     NotFound,
     SlurmError,
+    SlurmOutputInvalid,
     SlurmRejected,
     SlurmUnavailable,
     reads_slurm_output,
     says,
 )
-from clusters.slurm.parsing import gpus_by_type, parse_alloc_gpus, parse_gpu_gres
+from clusters.slurm.parsing import TEXT_WIDTH, gpus_by_type, parse_alloc_gpus, parse_gpu_gres
 from clusters.slurm.states import SlurmJobState, normalise_state
 from clusters.slurm.types import (
     AccountingEntry,
     AccountLimits,
+    Listing,
     MinutesUsed,
     NodeInfo,
     PartitionInfo,
     QueueEntry,
+    Refused,
     SlurmAccount,
     StepUsage,
     SubmitRequest,
+    refused_text,
     with_step_usage,
 )
 
@@ -206,46 +211,86 @@ def decode_wait_status(raw: int) -> tuple[int, int]:
     return (raw >> 8) & 0xFF, signal if signal != 0x7F else 0
 
 
+def _jobs(payload: Json) -> list[Json]:
+    jobs = payload.get("jobs") or []
+    if not isinstance(jobs, list):
+        raise SlurmOutputInvalid(f"'jobs' is a {type(jobs).__name__}, not a list")
+    return jobs
+
+
+def _refused(job: Any, error: Exception) -> Refused:
+    job_id = job.get("job_id") if isinstance(job, dict) else None
+    return Refused(
+        job_id=job_id if isinstance(job_id, int) and not isinstance(job_id, bool) else None,
+        problem=f"cannot read the record: {type(error).__name__}: {error}",
+        text=refused_text(repr(job)),
+    )
+
+
 @reads_slurm_output
-def parse_queue(payload: Json) -> list[QueueEntry]:
-    """``GET /slurm/{v}/jobs``: every job the controller still holds, pending to just ended."""
-    entries = []
-    for job in payload.get("jobs") or []:
-        state = job_state(job["job_state"])
-        array_job_id, array_task = None, None
-        if number(job.get("array_job_id")):
-            array_job_id = number(job["array_job_id"])
-            task_id = number(job.get("array_task_id"))
-            # A pending array is one record with task_id null and the pending
-            # tasks in array_task_string, e.g. "0-3%2" (squeue's %K prints the same).
-            array_task = str(task_id) if task_id is not None else job.get("array_task_string")
-        pending = state == SlurmJobState.PENDING
-        # Both families give the job's TRES as text: allocated once it runs, asked for
-        # before (every node together, GPUs per job or per node alike).
-        tres = job.get("tres_alloc_str") or job.get("tres_req_str") or ""
-        entries.append(
-            QueueEntry(
-                job_id=job["job_id"],
-                array_job_id=array_job_id,
-                array_task=array_task or None,
-                name=job.get("name") or "",
-                user=job.get("user_name") or str(job.get("user_id", "")),
-                account=job.get("account") or "",
-                partition=job.get("partition") or "",
-                state=state,
-                reason=job.get("state_reason") or "None",
-                comment=job.get("comment") or "",
-                submitted_at=_time(job.get("submit_time")),
-                # A pending job's start_time is the scheduler's forecast, not a start.
-                started_at=None if pending else _time(job.get("start_time")),
-                time_limit_minutes=_minutes(job.get("time_limit")),
-                priority=number(job.get("priority")) or 0,
-                expected_start_at=_time(job.get("start_time")) if pending else None,
-                gpus=parse_alloc_gpus(tres) if isinstance(tres, str) else 0,
-                nodes="" if pending else str(job.get("nodes") or ""),
-            )
-        )
-    return entries
+def parse_queue(payload: Json) -> Listing[QueueEntry]:
+    """``GET /slurm/{v}/jobs``: every job the controller still holds, pending to just
+    ended. JSON escapes what users write, so a job is one object whatever its name; one
+    that does not read is refused and the others are read."""
+    listing: Listing[QueueEntry] = Listing()
+    for job in _jobs(payload):
+        try:
+            listing.append(_queue_entry(job))
+        except MALFORMED as error:
+            listing.refused.append(_refused(job, error))
+    return listing
+
+
+def _queue_entry(job: Json) -> QueueEntry:
+    state = job_state(job["job_state"])
+    array_job_id, array_task = None, None
+    if number(job.get("array_job_id")):
+        array_job_id = number(job["array_job_id"])
+        task_id = number(job.get("array_task_id"))
+        # A pending array is one record with task_id null and the pending
+        # tasks in array_task_string, e.g. "0-3%2" (squeue's %K prints the same).
+        array_task = str(task_id) if task_id is not None else job.get("array_task_string")
+    pending = state == SlurmJobState.PENDING
+    # Both families give the job's TRES as text: allocated once it runs, asked for
+    # before (every node together, GPUs per job or per node alike).
+    tres = job.get("tres_alloc_str") or job.get("tres_req_str") or ""
+    return QueueEntry(
+        job_id=_job_id(job["job_id"]),
+        array_job_id=array_job_id,
+        array_task=array_task or None,
+        name=_text(job.get("name")),
+        user=job.get("user_name") or str(job.get("user_id", "")),
+        account=job.get("account") or "",
+        partition=job.get("partition") or "",
+        state=state,
+        reason=job.get("state_reason") or "None",
+        comment=_text(job.get("comment")),
+        submitted_at=_time(job.get("submit_time")),
+        # A pending job's start_time is the scheduler's forecast, not a start.
+        started_at=None if pending else _time(job.get("start_time")),
+        time_limit_minutes=_minutes(job.get("time_limit")),
+        priority=number(job.get("priority")) or 0,
+        expected_start_at=_time(job.get("start_time")) if pending else None,
+        gpus=parse_alloc_gpus(tres) if isinstance(tres, str) else 0,
+        nodes="" if pending else str(job.get("nodes") or ""),
+    )
+
+
+def _job_id(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise SlurmOutputInvalid(f"not a Slurm job id: {value!r}")
+    return value
+
+
+def _text(value: Any) -> str:
+    """A user's text (name, comment) as the other listings carry it: its first
+    TEXT_WIDTH bytes (parsing.py)."""
+    if not value:
+        return ""
+    if not isinstance(value, str):
+        raise SlurmOutputInvalid(f"a text that is a {type(value).__name__}")
+    cut = value.encode("utf-8", errors="surrogatepass")[:TEXT_WIDTH]
+    return cut.decode("utf-8", errors="replace")
 
 
 @reads_slurm_output
@@ -380,61 +425,68 @@ def step_usage(step: Json) -> StepUsage:
 
 
 @reads_slurm_output
-def parse_accounting(payload: Json) -> list[AccountingEntry]:
-    """``GET /slurmdb/{v}/jobs``: one entry per job or array task, the usage of its
-    steps (when asked without ``skip_steps``) folded in.
+def parse_accounting(payload: Json) -> Listing[AccountingEntry]:
+    """``GET /slurmdb/{v}/jobs``: one entry per run of a job or array task, the usage of
+    its steps (when asked without ``skip_steps``) folded in.
 
-    slurmrestd always asks with sacct's ``--duplicates``, so a requeued job
-    comes once per run; the last submission is the job as it stands.
-    """
-    latest: dict[int, tuple[int, AccountingEntry]] = {}
-    for job in payload.get("jobs") or []:
-        state = job_state(job["state"]["current"])
-        code, signal = accounting_exit_code(job.get("exit_code"), state)
-        array = job.get("array") or {}
-        array_job_id, array_task = None, None
-        if number(array.get("job_id")):
-            array_job_id = number(array["job_id"])
-            task_id = number(array.get("task_id"))
-            array_task = str(task_id) if task_id is not None else pending_array_tasks(array)
-        times = job.get("time") or {}
-        entry = AccountingEntry(
-            job_id=job["job_id"],
-            array_job_id=array_job_id,
-            array_task=array_task,
-            name=job.get("name") or "",
-            user=job.get("user") or "",
-            account=job.get("account") or "",
-            partition=job.get("partition") or "",
-            state=state,
-            exit_code=code,
-            signal=signal,
-            allocated_gpus=allocated_gpus((job.get("tres") or {}).get("allocated")),
-            allocated_cpus=allocated_cpus((job.get("tres") or {}).get("allocated")),
-            elapsed_s=int(times.get("elapsed") or 0),
-            submitted_at=_time(times.get("submission")),
-            started_at=_time(times.get("start")),
-            # 24.11 gives a job still running "now" as its end unless asked with
-            # disable_truncate_usage_time: only an ended job has an end.
-            ended_at=_time(times.get("end")) if state not in _UNENDED else None,
-            # With AccountingStoreFlags=job_comment; null (24.11: "") until the job ends.
-            comment=(job.get("comment") or {}).get("job") or "",
-            time_limit_minutes=_minutes(times.get("limit")),
-            mem_allocated_bytes=_mib_as_bytes(
-                _tres_count((job.get("tres") or {}).get("allocated"), "mem")
-            ),
-        )
-        entry = with_step_usage(entry, [step_usage(step) for step in job.get("steps") or []])
-        submitted = int(times.get("submission") or 0)
-        if entry.job_id not in latest or submitted >= latest[entry.job_id][0]:
-            latest[entry.job_id] = (submitted, entry)
-    return [entry for _, entry in latest.values()]
+    slurmrestd always asks with sacct's ``--duplicates``, so a requeued job comes once
+    per run, each with its own submit time and steps: every run is kept (each is
+    charged). A job that does not read is refused and the others are read."""
+    listing: Listing[AccountingEntry] = Listing()
+    for job in _jobs(payload):
+        try:
+            listing.append(_accounting_entry(job))
+        except MALFORMED as error:
+            listing.refused.append(_refused(job, error))
+    return listing
+
+
+def _accounting_entry(job: Json) -> AccountingEntry:
+    state = job_state(job["state"]["current"])
+    code, signal = accounting_exit_code(job.get("exit_code"), state)
+    array = job.get("array") or {}
+    array_job_id, array_task = None, None
+    if number(array.get("job_id")):
+        array_job_id = number(array["job_id"])
+        task_id = number(array.get("task_id"))
+        array_task = str(task_id) if task_id is not None else pending_array_tasks(array)
+    times = job.get("time") or {}
+    entry = AccountingEntry(
+        job_id=_job_id(job["job_id"]),
+        array_job_id=array_job_id,
+        array_task=array_task,
+        name=_text(job.get("name")),
+        user=job.get("user") or "",
+        account=job.get("account") or "",
+        partition=job.get("partition") or "",
+        state=state,
+        exit_code=code,
+        signal=signal,
+        allocated_gpus=allocated_gpus((job.get("tres") or {}).get("allocated")),
+        allocated_cpus=allocated_cpus((job.get("tres") or {}).get("allocated")),
+        elapsed_s=int(times.get("elapsed") or 0),
+        submitted_at=_time(times.get("submission")),
+        started_at=_time(times.get("start")),
+        # 24.11 gives a job still running "now" as its end unless asked with
+        # disable_truncate_usage_time: only an ended job has an end.
+        ended_at=_time(times.get("end")) if state not in _UNENDED else None,
+        # With AccountingStoreFlags=job_comment; null (24.11: "") until the job ends.
+        comment=_text((job.get("comment") or {}).get("job")),
+        time_limit_minutes=_minutes(times.get("limit")),
+        mem_allocated_bytes=_mib_as_bytes(
+            _tres_count((job.get("tres") or {}).get("allocated"), "mem")
+        ),
+    )
+    return with_step_usage(entry, [step_usage(step) for step in job.get("steps") or []])
 
 
 def _mib_as_bytes(mib: int | None) -> int | None:
     return mib * 2**20 if mib else None
 
 
+# A run in these states has not ended. REQUEUED is not among them: in accounting a record
+# in that state is a run that ended when its job was requeued (each run has its own
+# record, with its own submit time), and the job's next run is another record.
 _UNENDED = frozenset(
     {
         SlurmJobState.PENDING,
@@ -442,7 +494,6 @@ _UNENDED = frozenset(
         SlurmJobState.SUSPENDED,
         SlurmJobState.CONFIGURING,
         SlurmJobState.COMPLETING,
-        SlurmJobState.REQUEUED,
         SlurmJobState.RESIZING,
         SlurmJobState.SIGNALING,
         SlurmJobState.STAGE_OUT,

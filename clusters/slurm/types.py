@@ -1,8 +1,9 @@
 """Typed requests and results of the Slurm client protocol."""
 
 import datetime as dt
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 from clusters.slurm.states import SlurmJobState
 
@@ -218,18 +219,148 @@ class StartEstimate:
     nodes: str
 
 
-def with_unstarted_ends(
-    entries: list[AccountingEntry], ended: list[AccountingEntry]
-) -> list[AccountingEntry]:
-    """``entries`` (a window's read) and those of ``ended`` (a read of the same window by
-    ``UNSTARTED_END_STATES``) that never ran and ``entries`` lacks. Never ran: no time
-    elapsed (Slurm gives some such jobs a start, equal to their end), so they cost
-    nothing whatever their record lacks. A job that ran and ended between the two reads
-    is left to the next read, whose first read has it whole."""
-    known = {entry.job_id for entry in entries}
-    return entries + [
-        entry for entry in ended if entry.job_id not in known and entry.elapsed_s == 0
+class Refused(NamedTuple):
+    """A record of a listing that the portal does not take: one it cannot read, or one
+    that contradicts another record of the same listing (a job id twice in the queue, a
+    run twice in accounting). It is set aside, never applied or charged, and reported
+    (``clusters.services.refused_records_report``); the rest of the listing goes on."""
+
+    job_id: int | None  # Slurm's id of the record, when it says one
+    problem: str  # why it was refused, for a person
+    text: str  # the record as Slurm printed it, cut to REFUSED_TEXT_CHARS
+
+
+REFUSED_TEXT_CHARS = 300
+
+_E = TypeVar("_E")
+
+
+class Listing(list[_E]):
+    """A listing's entries, and the records it refused (``refused``): a list like any,
+    so a caller that only wants the entries reads it as one."""
+
+    def __init__(self, entries: Iterable[_E] = (), refused: Iterable[Refused] = ()) -> None:
+        super().__init__(entries)
+        self.refused: list[Refused] = list(refused)
+
+
+class ListingStream(Generic[_E]):
+    """A listing read as it comes (``SlurmClient.queue_stream``): iterate it for the
+    entries; ``refused`` fills with the records set aside as they are met, so it is whole
+    once the iteration has ended."""
+
+    def __init__(self, entries: Iterator[_E], refused: list[Refused]) -> None:
+        self._entries = entries
+        self.refused = refused
+
+    def __iter__(self) -> Iterator[_E]:
+        return self._entries
+
+
+def refused_text(record: bytes | str) -> str:
+    """What a refused record's report shows of it: the text, cut, undecodable bytes
+    replaced (nothing of it is ever read as structure again)."""
+    if isinstance(record, bytes):
+        record = record[: REFUSED_TEXT_CHARS * 4].decode("utf-8", errors="replace")
+    return record[:REFUSED_TEXT_CHARS]
+
+
+def repeats_refused(
+    entries: Iterable[_E], *, key: Callable[[_E], Hashable], say: Callable[[_E], str]
+) -> tuple[list[_E], list[Refused]]:
+    """The entries whose ``key`` no other entry has, and each entry that shares its key
+    with another, refused: when two records of one listing claim the same job (or run),
+    neither is believed, rather than letting the last one win."""
+    kept: dict[Hashable, _E] = {}
+    repeated: dict[Hashable, list[_E]] = {}
+    for entry in entries:
+        marker = key(entry)
+        if marker in repeated:
+            repeated[marker].append(entry)
+        elif marker in kept:
+            repeated[marker] = [kept.pop(marker), entry]
+        else:
+            kept[marker] = entry
+    refused = [
+        Refused(
+            job_id=getattr(entry, "job_id", None),
+            problem=f"{say(entry)} is listed {len(same)} times; none of them is taken",
+            text=refused_text(repr(entry)),
+        )
+        for same in repeated.values()
+        for entry in same
     ]
+    return list(kept.values()), refused
+
+
+def queue_checked(
+    entries: Iterable[QueueEntry], *, refused: Iterable[Refused] = ()
+) -> Listing[QueueEntry]:
+    """A queue listing as the portal takes it: a job id listed twice is refused (both
+    records), after the records its parser refused (``refused``, read once ``entries``
+    has been)."""
+    kept, repeated = repeats_refused(entries, key=_job_id, say=lambda e: f"job {e.job_id}")
+    return Listing(kept, [*refused, *repeated])
+
+
+def _job_id(entry: QueueEntry) -> int:
+    return entry.job_id
+
+
+def run_key(entry: AccountingEntry) -> tuple[int, dt.datetime | None]:
+    """One run of a job: its id and when it was submitted (a requeue submits it again, with
+    the same id; ``sacct --duplicates`` lists each run)."""
+    return entry.job_id, entry.submitted_at
+
+
+def accounting_checked(entries: Iterable[AccountingEntry]) -> Listing[AccountingEntry]:
+    """Accounting's runs as the portal takes them: a run (job id and submit time) listed
+    twice is refused, and so is every run of a job id that accounting gives two users
+    (every run of one job is its owner's; an id with two is not one job)."""
+    runs, refused = repeats_refused(
+        entries,
+        key=run_key,
+        say=lambda e: (
+            f"run of job {e.job_id} submitted {e.submitted_at:%Y-%m-%dT%H:%M:%S}"
+            if e.submitted_at
+            else f"run of job {e.job_id} without a submit time"
+        ),
+    )
+    users: dict[int, set[str]] = {}
+    for entry in runs:
+        users.setdefault(entry.job_id, set()).add(entry.user)
+    split = {job_id for job_id, names in users.items() if len(names) > 1}
+    refused += [
+        Refused(
+            job_id=entry.job_id,
+            problem=f"job {entry.job_id} is listed for {len(users[entry.job_id])} users "
+            f"({', '.join(sorted(users[entry.job_id]))}); none of its runs is taken",
+            text=refused_text(repr(entry)),
+        )
+        for entry in runs
+        if entry.job_id in split
+    ]
+    return Listing((entry for entry in runs if entry.job_id not in split), refused)
+
+
+def with_unstarted_ends(
+    entries: Listing[AccountingEntry], ended: Listing[AccountingEntry]
+) -> Listing[AccountingEntry]:
+    """``entries`` (a window's read) and those runs of ``ended`` (a read of the same window
+    by ``UNSTARTED_END_STATES``) that never ran and ``entries`` lacks, checked as one
+    listing (``accounting_checked``). Never ran: no time elapsed (Slurm gives some such
+    jobs a start, equal to their end), so they cost nothing whatever their record lacks.
+    A job that ran and ended between the two reads is left to the next read, whose first
+    read has it whole."""
+    known = {run_key(entry) for entry in entries}
+    merged = accounting_checked(
+        [
+            *entries,
+            *(e for e in ended if run_key(e) not in known and e.elapsed_s == 0),
+        ]
+    )
+    merged.refused[:0] = [*entries.refused, *ended.refused]
+    return merged
 
 
 def ids_with_comment(

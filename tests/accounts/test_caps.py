@@ -93,7 +93,7 @@ def test_use_is_what_was_charged_plus_what_is_held_now(allocation, people):
         allocation=allocation,
         reference="c:1",
         gpu_seconds=HOUR // 2,
-        release_reference="a1",
+        release_references=["a1"],
         user=alice,
     )
     ledger_release(reference="b1")  # never started

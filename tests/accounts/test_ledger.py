@@ -126,7 +126,7 @@ def test_a_charge_happens_once_and_releases_the_hold(vision, cluster):
             allocation=allocation,
             reference="portal-dev:42",
             gpu_seconds=1 * HOUR,
-            release_reference="job-1",
+            release_references=["job-1"],
         )
     allocation.refresh_from_db()
     assert (allocation.used_gpu_seconds, allocation.held_gpu_seconds) == (HOUR, 0)

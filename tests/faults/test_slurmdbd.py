@@ -75,7 +75,7 @@ def test_accounting_lags_while_slurmdbd_is_down_and_catches_up_exactly(
     for job in Job.objects.filter(pk__in=ids):
         assert job.state == JobState.COMPLETED
         record = AccountingRecord.objects.get(job=job)
-        charge = charges.get(reference=f"{dev_cluster.name}:{job.slurm_job_id}")
+        charge = charges.get(reference__startswith=f"{dev_cluster.name}:{job.slurm_job_id}@")
         assert job.used_gpu_seconds == record.charged_gpu_seconds == -charge.gpu_seconds >= 2
     assert allocation.used_gpu_seconds == sum(-c.gpu_seconds for c in charges)
     assert allocation.held_gpu_seconds == 0

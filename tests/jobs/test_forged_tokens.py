@@ -111,7 +111,9 @@ def charged_as_outside_work(cluster, forged: dict[str, int], projects: dict) -> 
     for user, slurm_job_id in forged.items():
         record = AccountingRecord.objects.get(cluster=cluster, slurm_job_id=slurm_job_id)
         assert record.job_id is None, f"{user}'s job was bound to a portal job"
-        charge = LedgerEntry.objects.get(kind="charge", reference=f"{cluster.name}:{slurm_job_id}")
+        charge = LedgerEntry.objects.get(
+            kind="charge", reference__startswith=f"{cluster.name}:{slurm_job_id}@"
+        )
         assert charge.allocation.project == projects[user]
         assert charge.allocation.cluster == cluster
         assert charge.user.username == user
@@ -133,7 +135,7 @@ def assert_charged_only_its_own(job: Job) -> None:
     assert {r.slurm_job_id for r in own} == {job.slurm_job_id}
     assert job.used_gpu_seconds == sum(r.charged_gpu_seconds for r in own)
     charges = LedgerEntry.objects.filter(
-        kind="charge", reference=f"{job.cluster.name}:{job.slurm_job_id}"
+        kind="charge", reference__startswith=f"{job.cluster.name}:{job.slurm_job_id}@"
     )
     assert [-c.gpu_seconds for c in charges] == [job.used_gpu_seconds]
 

@@ -53,7 +53,9 @@ def test_a_job_runs_as_its_owner_and_is_charged_what_it_used(
     assert record.elapsed_s >= 3
     # Weight 1 for the GPUs, 0.01 GPU-hours a CPU-hour for its CPU, rounded up once.
     assert job.used_gpu_seconds == math.ceil(2 * record.elapsed_s + record.elapsed_s / 100)
-    charge = LedgerEntry.objects.get(kind="charge", reference=f"{DEV_CLUSTER}:{job.slurm_job_id}")
+    charge = LedgerEntry.objects.get(
+        kind="charge", reference__startswith=f"{DEV_CLUSTER}:{job.slurm_job_id}@"
+    )
     assert -charge.gpu_seconds == job.used_gpu_seconds
     assert charge.user == alice
 
@@ -114,7 +116,9 @@ def test_a_cpu_only_job_is_charged_its_cpus_at_the_partitions_rate(
     )
     assert used == math.ceil(record.elapsed_s * 2.5) >= 8
     assert job.used_gpu_seconds == record.charged_gpu_seconds == used
-    charge = LedgerEntry.objects.get(kind="charge", reference=f"{DEV_CLUSTER}:{job.slurm_job_id}")
+    charge = LedgerEntry.objects.get(
+        kind="charge", reference__startswith=f"{DEV_CLUSTER}:{job.slurm_job_id}@"
+    )
     assert -charge.gpu_seconds == used
     balance = project_balance(project)
     assert (balance.used_gpu_seconds, balance.held_gpu_seconds) == (used, 0)

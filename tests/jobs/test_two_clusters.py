@@ -54,7 +54,9 @@ def test_a_job_for_portal_next_runs_there_as_its_owner_and_is_charged_to_that_al
         project.slurm_account,
     )
     assert record.allocated_gpus == 2
-    charge = LedgerEntry.objects.get(kind="charge", reference=f"portal-next:{job.slurm_job_id}")
+    charge = LedgerEntry.objects.get(
+        kind="charge", reference__startswith=f"portal-next:{job.slurm_job_id}@"
+    )
     assert charge.allocation.cluster == next_cluster
     assert -charge.gpu_seconds == job.used_gpu_seconds > 0
 
