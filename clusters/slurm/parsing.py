@@ -288,6 +288,14 @@ def _job_gpus(tres_per_node: str, node_count: str) -> int:
     return gpus_per_node(tres_per_node) * _count(node_count)
 
 
+def squeue_record(fields: list[str], *, comment: bytes = b"(null)", name: bytes = b"") -> bytes:
+    """A record as squeue prints it in SQUEUE_FORMAT (the benches and tests write queues
+    with it): the comment and the name cut or padded to TEXT_WIDTH bytes, then the
+    fields no user writes (SQUEUE_FIELDS, in order), then a newline."""
+    texts = b"".join(text[:TEXT_WIDTH].ljust(TEXT_WIDTH) for text in (comment, name))
+    return texts + FIELD_SEPARATOR.join(fields).encode() + b"\n"
+
+
 def _user_text(raw: bytes) -> str:
     """A comment or a name as a fixed-width field holds it: the padding taken off, bytes
     that are not UTF-8 replaced (a text cut inside a character ends in a replacement)."""

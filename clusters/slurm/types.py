@@ -254,7 +254,10 @@ class ListingStream(Generic[_E]):
         self.refused = refused
 
     def __iter__(self) -> Iterator[_E]:
-        return self._entries
+        return self._entries  # a loop takes the parser's own generator: nothing in between
+
+    def __next__(self) -> _E:
+        return next(self._entries)
 
 
 def refused_text(record: bytes | str) -> str:

@@ -15,14 +15,13 @@ import pytest
 
 from clusters.slurm.cli import CliClient
 from clusters.slurm.errors import SlurmRejected, SlurmUnavailable
-from clusters.slurm.parsing import FIELD_SEPARATOR, RECORD_SEPARATOR
+from clusters.slurm.parsing import squeue_record
 
 
 def record(job_id: int, name: str = "train", state: str = "PENDING") -> bytes:
     fields = [str(job_id), "N/A", "N/A", "alice", "vision", "gpu", state, "Priority",
-              "2026-12-02T12:46:10", "N/A", "1:00:00", "7", "gres/gpu:2", "1", "", "(null)",
-              name]  # fmt: skip
-    return (FIELD_SEPARATOR.join(fields) + RECORD_SEPARATOR + "\n").encode()
+              "2026-12-02T12:46:10", "N/A", "1:00:00", "7", "gres/gpu:2", "1", ""]  # fmt: skip
+    return squeue_record(fields, name=name.encode())
 
 
 def stand_in_squeue(folder: Path, *pieces: bytes, then: str = "exit 0") -> Path:
