@@ -103,6 +103,7 @@ def sbatch_arguments(request: SubmitRequest) -> list[str]:
         f"--output={request.stdout_path}",
         f"--error={request.stderr_path}",
         export_argument(request.environment),
+        "--requeue" if request.requeue else "--no-requeue",
     ]
     if request.gpus_per_node:
         arguments.append(f"--gpus-per-node={request.gpus_per_node}")

@@ -162,10 +162,12 @@ _SQUEUE_TEXTS = 2 * TEXT_WIDTH
 # record is refused.
 SACCT_COLUMNS = (
     ("JobIDRaw", 24),
-    ("JobID", 96),  # an array's pending tasks "24_[2-5,9%2]"
+    ("JobID", 128),  # an array's pending tasks "24_[2-5,9%2]"
     ("User", 64),
     ("Account", 64),
-    ("Partition", 128),  # a pending job's "gpu,debug"
+    # A pending job's partitions, "gpu,debug": as many as its owner listed, so it may be
+    # cut, and is not refused for it (a job that ran lists the one it ran in).
+    ("Partition", 128),
     ("State", 32),  # "CANCELLED by 4294967294"
     ("ExitCode", 16),
     ("AllocTRES", 256),
@@ -191,7 +193,12 @@ _SACCT_SLICES = tuple(
         strict=True,
     )
 )
-_SACCT_TEXTS = 2  # the last two columns: the user's
+# The columns a user chooses the length of: cut at their width, never refused for it.
+_SACCT_CUT_OK = frozenset(
+    index
+    for index, (name, _) in enumerate(SACCT_COLUMNS)
+    if name in ("Partition", "Comment", "JobName")
+)
 
 
 def _value(text: str) -> str | None:
@@ -377,7 +384,8 @@ def parse_squeue_stream(chunks: Iterable[bytes], refused: list[Refused]) -> Iter
 
 
 def _refused(job_id: str, error: Exception, record: bytes) -> Refused:
-    known = job_id.isascii() and job_id.isdigit()
+    # No id of Slurm's is longer than 20 digits (and int() refuses thousands of them).
+    known = job_id.isascii() and job_id.isdigit() and len(job_id) <= 20
     return Refused(
         job_id=int(job_id) if known else None,
         problem=f"cannot read the record: {error}",
@@ -433,6 +441,19 @@ def _step_usage(total_cpu: str, usage_max: str, usage_ave: str) -> StepUsage:
     )
 
 
+def sacct_record(fields: list[str], *, comment: bytes = b"", name: bytes = b"") -> bytes:
+    """A record as sacct prints it in SACCT_FORMAT (the tests write accounting with it):
+    the fields Slurm writes (SACCT_COLUMNS but the comment and the name, in order), then
+    the comment and the name, each cut as sacct cuts a value longer than its column (its
+    first width - 1 bytes, then "+") or padded to the width, and a space; then a newline."""
+    values = [*(field.encode() for field in fields), comment, name]
+    columns = (
+        (value if len(value) <= width else value[: width - 1] + b"+").ljust(width)
+        for value, (_, width) in zip(values, SACCT_COLUMNS, strict=True)
+    )
+    return b"".join(column + b" " for column in columns) + b"\n"
+
+
 def _sacct_records(chunks: Iterable[bytes]) -> Iterator[bytes]:
     """sacct's records of SACCT_RECORD_BYTES each, as its output comes in chunks. A record
     that does not end with a newline, or output that ends inside one, is not the format
@@ -455,12 +476,12 @@ def _sacct_records(chunks: Iterable[bytes]) -> Iterator[bytes]:
 
 def _sacct_fields(record: bytes) -> list[str]:
     """A record's fields as text. A field of Slurm's own that fills its column may have
-    been cut (sacct ends a cut text with "+"): the record is not read."""
+    been cut (sacct ends a cut text with "+"): the record is not read. A field whose
+    length its user chooses (``_SACCT_CUT_OK``) is read as cut."""
     fields = []
-    last_own = len(_SACCT_SLICES) - _SACCT_TEXTS
     for index, where in enumerate(_SACCT_SLICES):
         raw = record[where]
-        if index >= last_own:
+        if index in _SACCT_CUT_OK:
             fields.append(_user_text(raw))
             continue
         if raw[-1:] != b" ":
@@ -483,22 +504,28 @@ def parse_sacct_stream(chunks: Iterable[bytes]) -> Listing[AccountingEntry]:
     steps. A record that does not read is refused, with its job id."""
     runs: list[tuple[AccountingEntry, list[StepUsage]]] = []
     refused: list[Refused] = []
+    # The run the steps that follow belong to; none after a run that was refused: its
+    # steps are no other run's (a requeued job's runs share its id).
+    current: tuple[AccountingEntry, list[StepUsage]] | None = None
     for record in _sacct_records(chunks):
         raw_id = record[_SACCT_SLICES[0]].decode("utf-8", errors="replace").strip()
+        owner, dot, _step = raw_id.partition(".")
         try:
             fields = _sacct_fields(record)
-            owner, dot, _step = raw_id.partition(".")
             if dot:
                 # A step: it belongs to the run it follows. A heterogeneous job's "7+1.0"
                 # and a step without its run (not asked for) are left out.
-                if runs and owner.isascii() and owner.isdigit():
-                    run, steps = runs[-1]
+                if current and owner.isascii() and owner.isdigit():
+                    run, steps = current
                     if run.job_id == int(owner):
                         steps.append(_step_usage(*fields[13:16]))
                 continue
-            runs.append((_sacct_run(fields), []))
+            current = (_sacct_run(fields), [])
+            runs.append(current)
         except MALFORMED as error:
-            refused.append(_refused(raw_id.partition(".")[0], error, record))
+            if not dot:
+                current = None
+            refused.append(_refused(owner, error, record))
     return Listing((with_step_usage(run, steps) for run, steps in runs), refused)
 
 

@@ -25,6 +25,7 @@ flags).
 
 import contextlib
 import datetime as dt
+import json
 import math
 import time
 from collections.abc import Iterator, Mapping
@@ -89,8 +90,9 @@ _QUEUE_CLOCK_SLACK_S = 2
 # Query parameters; a list repeats the name (24.11 reads no comma-separated states).
 Params = dict[str, str | list[str]]
 # 24.11's accounting, read for a window, gives a running job "now" as its end
-# without this.
-_WHOLE_TIMES = {"disable_truncate_usage_time": "true"}
+# without the first; without the second it gives a requeued job's last run only (22.05
+# always gives every run), and every run is charged.
+_EVERY_RUN_WHOLE = {"disable_truncate_usage_time": "true", "show_duplicates": "true"}
 _ALREADY_DONE = 2021  # ESLURM_ALREADY_DONE
 _INVALID_JOB_ID = 2017
 
@@ -198,7 +200,10 @@ class RestClient:
                 f"{self.jwt_key_file} the cluster's key?"
             )
         try:
-            payload = response.json()
+            # slurmrestd escapes what users write but passes bytes that are not UTF-8
+            # through as they are (a job name may hold any byte): they are replaced, as
+            # the cli backend replaces them, and never make the whole answer unreadable.
+            payload = json.loads(response.content.decode("utf-8", errors="replace"))
         except ValueError:
             payload = None
         if not isinstance(payload, dict):
@@ -380,7 +385,7 @@ class RestClient:
             "cluster": self.cluster_name,
         }
         if self._db_reshaped():
-            params.update(_WHOLE_TIMES)
+            params.update(_EVERY_RUN_WHOLE)
         payload = self._call(
             "GET", self._db("/jobs"), user=self.admin_user, params=params, empty_ok=True
         )

@@ -429,9 +429,10 @@ def parse_accounting(payload: Json) -> Listing[AccountingEntry]:
     """``GET /slurmdb/{v}/jobs``: one entry per run of a job or array task, the usage of
     its steps (when asked without ``skip_steps``) folded in.
 
-    slurmrestd always asks with sacct's ``--duplicates``, so a requeued job comes once
-    per run, each with its own submit time and steps: every run is kept (each is
-    charged). A job that does not read is refused and the others are read."""
+    A requeued job comes once per run, each with its own submit time and steps (22.05's
+    slurmrestd lists every run; 24.11's only when asked with ``show_duplicates=true``, as
+    sacct's ``--duplicates``): every run is kept (each is charged). A job that does not
+    read is refused and the others are read."""
     listing: Listing[AccountingEntry] = Listing()
     for job in _jobs(payload):
         try:
@@ -456,7 +457,9 @@ def _accounting_entry(job: Json) -> AccountingEntry:
         array_job_id=array_job_id,
         array_task=array_task,
         name=_text(job.get("name")),
-        user=job.get("user") or "",
+        # 22.05 names the user through the association only, and a run that never
+        # started after a requeue may have none (``types.accounting_checked``).
+        user=job.get("user") or (job.get("association") or {}).get("user") or "",
         account=job.get("account") or "",
         partition=job.get("partition") or "",
         state=state,
@@ -767,6 +770,11 @@ def job_description(request: SubmitRequest, version: str | None = None) -> Json:
     one), the node count as text and GPUs as TRES strings: they have no
     ``gpus_per_node``, and 24.11 *ignores* a key it does not know (with a warning, the
     job queued anyway), so only keys of its job_desc_msg may be sent.
+
+    Requeue is always said, as Slurm's default is the site's JobRequeue: v0.0.40+ read
+    ``requeue`` as the boolean it is; 22.05 reads ``requeue`` and ``no_requeue`` as
+    sbatch's flags, either one set whatever its value (``"requeue": false`` asks for
+    requeue), so it is sent the one that means what is wanted.
     """
     for key in request.environment:
         if not key or "=" in key:
@@ -797,7 +805,9 @@ def job_description(request: SubmitRequest, version: str | None = None) -> Json:
             "cpus_per_tres": f"{gpu}:{request.cpus_per_gpu}" if request.cpus_per_gpu else "",
             "memory_per_tres": f"{gpu}:{request.mem_per_gpu_mb}" if request.mem_per_gpu_mb else "",
         }
+        job["requeue"] = request.requeue
     else:
+        job["requeue" if request.requeue else "no_requeue"] = True
         optional = {
             # 22.05 refuses tres_per_node/tres_per_job ("Unknown key").
             "gpus_per_node": request.gpus_per_node,

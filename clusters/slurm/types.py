@@ -1,6 +1,7 @@
 """Typed requests and results of the Slurm client protocol."""
 
 import datetime as dt
+import hashlib
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, TypeVar
@@ -49,6 +50,9 @@ class SubmitRequest:
     array: str | None = None  # Slurm's spec, e.g. "0-9%2"
     after_ok: tuple[int, ...] = ()  # Slurm job ids this one waits for
     comment: str = ""  # the portal puts "portal:<submit token>" here
+    # Whether Slurm may run the job again (a node failure, a preemption, its owner's
+    # ``scontrol requeue``): said either way, as Slurm's default is the site's JobRequeue.
+    requeue: bool = False
 
 
 # Queue and accounting records are NamedTuples, not dataclasses: a sync builds
@@ -229,6 +233,13 @@ class Refused(NamedTuple):
     problem: str  # why it was refused, for a person
     text: str  # the record as Slurm printed it, cut to REFUSED_TEXT_CHARS
 
+    @property
+    def fingerprint(self) -> str:
+        """The same record, refused again, has the same (``RefusedRecord.fingerprint``)."""
+        return hashlib.sha256(
+            f"{self.job_id}\0{self.problem}\0{self.text}".encode(errors="replace")
+        ).hexdigest()
+
 
 REFUSED_TEXT_CHARS = 300
 
@@ -268,12 +279,26 @@ def refused_text(record: bytes | str) -> str:
     return record[:REFUSED_TEXT_CHARS]
 
 
+def visible(text: str) -> str:
+    """A text Slurm printed (a user's bytes) as a page or a terminal may show it without
+    being misled: each character that is not printable (a line's end, Slurm's separators,
+    a terminal's escape, a direction override) and the backslash written as in Python's
+    ``repr`` (``\\n``, ``\\x1e``, ``\\u202e``, ``\\\\``), so no byte can start a line or a
+    record of its own, or pass for another."""
+    return "".join(
+        char if char.isprintable() and char != "\\" else char.encode("unicode_escape").decode()
+        for char in text
+    )
+
+
 def repeats_refused(
     entries: Iterable[_E], *, key: Callable[[_E], Hashable], say: Callable[[_E], str]
 ) -> tuple[list[_E], list[Refused]]:
     """The entries whose ``key`` no other entry has, and each entry that shares its key
     with another, refused: when two records of one listing claim the same job (or run),
-    neither is believed, rather than letting the last one win."""
+    neither is believed, rather than letting the last one win. A refusal's text is what
+    ``say`` says of the entry: what stays the same while Slurm keeps listing it (not a
+    priority or an elapsed time), so a repeat is counted, not stored anew."""
     kept: dict[Hashable, _E] = {}
     repeated: dict[Hashable, list[_E]] = {}
     for entry in entries:
@@ -287,8 +312,8 @@ def repeats_refused(
     refused = [
         Refused(
             job_id=getattr(entry, "job_id", None),
-            problem=f"{say(entry)} is listed {len(same)} times; none of them is taken",
-            text=refused_text(repr(entry)),
+            problem=f"listed {len(same)} times; none of them is taken",
+            text=refused_text(say(entry)),
         )
         for same in repeated.values()
         for entry in same
@@ -302,12 +327,20 @@ def queue_checked(
     """A queue listing as the portal takes it: a job id listed twice is refused (both
     records), after the records its parser refused (``refused``, read once ``entries``
     has been)."""
-    kept, repeated = repeats_refused(entries, key=_job_id, say=lambda e: f"job {e.job_id}")
+    kept, repeated = repeats_refused(entries, key=_job_id, say=queue_entry_said)
     return Listing(kept, [*refused, *repeated])
 
 
 def _job_id(entry: QueueEntry) -> int:
     return entry.job_id
+
+
+def queue_entry_said(entry: QueueEntry) -> str:
+    """A queue entry as a refusal shows it: who, where and what, not its priority."""
+    return (
+        f"job {entry.job_id} of {entry.user} under {entry.account} on {entry.partition}, "
+        f"{entry.state}, {entry.gpus} GPUs, name {entry.name!r}, comment {entry.comment!r}"
+    )
 
 
 def run_key(entry: AccountingEntry) -> tuple[int, dt.datetime | None]:
@@ -316,34 +349,57 @@ def run_key(entry: AccountingEntry) -> tuple[int, dt.datetime | None]:
     return entry.job_id, entry.submitted_at
 
 
-def accounting_checked(entries: Iterable[AccountingEntry]) -> Listing[AccountingEntry]:
-    """Accounting's runs as the portal takes them: a run (job id and submit time) listed
-    twice is refused, and so is every run of a job id that accounting gives two users
-    (every run of one job is its owner's; an id with two is not one job)."""
-    runs, refused = repeats_refused(
-        entries,
-        key=run_key,
-        say=lambda e: (
-            f"run of job {e.job_id} submitted {e.submitted_at:%Y-%m-%dT%H:%M:%S}"
-            if e.submitted_at
-            else f"run of job {e.job_id} without a submit time"
-        ),
+def _run_said(entry: AccountingEntry) -> str:
+    submitted = f"{entry.submitted_at:%Y-%m-%dT%H:%M:%S}" if entry.submitted_at else "never"
+    return (
+        f"run of job {entry.job_id} submitted {submitted} by {entry.user or 'nobody said'} "
+        f"under {entry.account} on {entry.partition}, name {entry.name!r}, "
+        f"comment {entry.comment!r}"
     )
+
+
+def accounting_checked(entries: Iterable[AccountingEntry]) -> Listing[AccountingEntry]:
+    """Accounting's runs as the portal takes them: a run without a submit time, a run (job
+    id and submit time) listed twice, and every run of a job id that accounting gives two
+    users (every run of one job is its owner's: an id with two is not one job) are
+    refused. A run listed without its user (Slurm 22.05's REST gives none for a run that
+    never started after a requeue) is its job's other runs' user, when they have one."""
+    timed: list[AccountingEntry] = []
+    refused: list[Refused] = []
+    for entry in entries:
+        if entry.submitted_at is None:
+            refused.append(
+                Refused(entry.job_id, "a run without a submit time", refused_text(_run_said(entry)))
+            )
+        else:
+            timed.append(entry)
+    runs, repeated = repeats_refused(timed, key=run_key, say=_run_said)
+    refused += repeated
     users: dict[int, set[str]] = {}
     for entry in runs:
-        users.setdefault(entry.job_id, set()).add(entry.user)
+        if entry.user:
+            users.setdefault(entry.job_id, set()).add(entry.user)
     split = {job_id for job_id, names in users.items() if len(names) > 1}
     refused += [
         Refused(
             job_id=entry.job_id,
-            problem=f"job {entry.job_id} is listed for {len(users[entry.job_id])} users "
+            problem=f"listed for {len(users[entry.job_id])} users "
             f"({', '.join(sorted(users[entry.job_id]))}); none of its runs is taken",
-            text=refused_text(repr(entry)),
+            text=refused_text(_run_said(entry)),
         )
         for entry in runs
         if entry.job_id in split
     ]
-    return Listing((entry for entry in runs if entry.job_id not in split), refused)
+    return Listing(
+        (
+            entry
+            if entry.user or entry.job_id not in users
+            else entry._replace(user=next(iter(users[entry.job_id])))
+            for entry in runs
+            if entry.job_id not in split
+        ),
+        refused,
+    )
 
 
 def with_unstarted_ends(

@@ -1,6 +1,8 @@
-"""Slurm's output parsers on any text and any JSON: a result or SlurmOutputInvalid,
-never another exception (a sync would die of a KeyError on a newer Slurm's answer);
-and what the portal writes in Slurm's own formats reads back as it was.
+"""Slurm's output parsers on any text, any bytes and any JSON: a result or
+SlurmOutputInvalid, never another exception (a sync would die of a KeyError on a newer
+Slurm's answer); what users write into Slurm (every byte but NUL) read as data, never as
+a record or a field of its own; and what the portal writes in Slurm's own formats reads
+back as it was.
 
 Property-based (Hypothesis): each ``@example`` is an input that once raised
 something else, kept as a regression case.
@@ -11,25 +13,35 @@ import datetime as dt
 import functools
 import inspect
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from clusters.slurm import parsing, rest_parsing
 from clusters.slurm.errors import SlurmError, SlurmOutputInvalid
-from clusters.slurm.parsing import FIELD_SEPARATOR, RECORD_SEPARATOR, SACCT_FIELDS, SQUEUE_FIELDS
+from clusters.slurm.parsing import (
+    FIELD_SEPARATOR,
+    SACCT_COLUMNS,
+    SQUEUE_FIELDS,
+    TEXT_WIDTH,
+    sacct_record,
+    squeue_record,
+)
 from clusters.slurm.states import SlurmJobState
+from clusters.slurm.types import Listing, Refused
 
 FAST = settings(max_examples=150, deadline=None)
 
 # Text as Slurm's tools might print it, or anything at all: the separators, digits,
 # colons, dashes and words the parsers look for, drawn far more often than chance.
 pieces = st.sampled_from(
-    [FIELD_SEPARATOR, RECORD_SEPARATOR, "\n", "|", ":", "-", "=", ",", "_", "(null)", "N/A",
-     "gpu", "gres/gpu", "gres/gpu:a100", "PENDING", "RUNNING", "COMPLETED", "UNLIMITED",
-     "2026-12-02T12:46:10", "0x1F", "[", "]", "%", "*", "up", "1", "99999999999999999999"]
+    [FIELD_SEPARATOR, "\x1e", "\n", "|", ":", "-", "=", ",", "_", "(null)", "N/A", "gpu",
+     "gres/gpu", "gres/gpu:a100", "PENDING", "RUNNING", "COMPLETED", "UNLIMITED",
+     "2026-12-02T12:46:10", "0x1F", "[", "]", "%", "*", "+", "up", "1", "99999999999999999999"]
 )  # fmt: skip
 slurm_text = st.one_of(
     st.text(max_size=200),
@@ -46,8 +58,22 @@ def parses_or_says_invalid(parse, *args):
         return None
 
 
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", errors="surrogatepass")
+
+
+def _every(size: int, data: bytes) -> list[bytes]:
+    return [data[at : at + size] for at in range(0, len(data), size)]
+
+
+def _cut(data: bytes, cuts: list[int]) -> list[bytes]:
+    at = sorted({cut % (len(data) + 1) for cut in cuts})
+    return [data[start:end] for start, end in zip([0, *at], [*at, len(data)], strict=True)]
+
+
 # Every parser of Slurm's text, by name (a name may repeat with what it is asked for, after
-# a space): ``test_every_parser_is_fuzzed`` finds a parser missing from here.
+# a space): ``test_every_parser_is_fuzzed`` finds a parser missing from here. squeue's and
+# sacct's take the bytes the tools print: here the text's, and any bytes further down.
 TEXT_PARSERS: dict[str, Callable[[str], object]] = {
     "parse_time_minutes": parsing.parse_time_minutes,
     "parse_gpu_gres": parsing.parse_gpu_gres,
@@ -56,12 +82,13 @@ TEXT_PARSERS: dict[str, Callable[[str], object]] = {
     "parse_array_id": parsing.parse_array_id,
     "parse_alloc_gpus": parsing.parse_alloc_gpus,
     "parse_exit_code": parsing.parse_exit_code,
-    "parse_squeue": parsing.parse_squeue,
-    # As the cli adapter reads squeue: in chunks, cut anywhere (here every 7 characters).
+    "parse_squeue": lambda text: parsing.parse_squeue(_utf8(text)),
+    # As the cli adapter reads its tools: in chunks, cut anywhere (here every 7 bytes).
     "parse_squeue_stream": lambda text: list(
-        parsing.parse_squeue_stream(text[at : at + 7] for at in range(0, len(text), 7))
+        parsing.parse_squeue_stream(_every(7, _utf8(text)), [])
     ),
-    "parse_sacct": parsing.parse_sacct,
+    "parse_sacct": lambda text: parsing.parse_sacct(_utf8(text)),
+    "parse_sacct_stream": lambda text: parsing.parse_sacct_stream(_every(7, _utf8(text))),
     "parse_test_only": parsing.parse_test_only,
     "parse_alloc_cpus": parsing.parse_alloc_cpus,
     "parse_tres_limit gres/gpu": functools.partial(parsing.parse_tres_limit, tres="gres/gpu"),
@@ -102,72 +129,301 @@ def test_every_text_parser_reads_anything_or_says_it_cannot(text):
         parses_or_says_invalid(parse, text)
 
 
-def _record(fields: list[str], separator: str = FIELD_SEPARATOR) -> str:
-    return separator.join(fields)
-
-
 field_text = st.one_of(pieces, st.text(max_size=12))
 
 
 @FAST
-@given(fields=st.lists(field_text, min_size=len(SQUEUE_FIELDS), max_size=len(SQUEUE_FIELDS) + 2))
-@example(fields=["1", "N/A", "N/A", "u", "a", "p", "BOGUS", *[""] * 10])
-@example(fields=["x", "N/A", "N/A", "u", "a", "p", "PENDING", *[""] * 10])
-@example(fields=["1", "N/A", "N/A", "u", "a", "p", "PENDING", *[""] * 4, "9" * 5000, *[""] * 5])
-def test_squeue_records_of_any_fields(fields):
-    parses_or_says_invalid(parsing.parse_squeue, _record(fields) + RECORD_SEPARATOR)
-
-
-def _cut(text: str, cuts: list[int]) -> list[str]:
-    at = sorted({cut % (len(text) + 1) for cut in cuts})
-    return [text[start:end] for start, end in zip([0, *at], [*at, len(text)], strict=True)]
-
-
-@FAST
-@given(
-    names=st.lists(st.text(st.characters(blacklist_characters=RECORD_SEPARATOR)), max_size=6),
-    cuts=st.lists(st.integers(0, 10_000), max_size=12),
-)
-def test_squeue_read_in_chunks_cut_anywhere_reads_as_the_whole_text(names, cuts):
-    # squeue's output comes through the pipe in pieces of any size: a record or a field
-    # split between two of them reads as if the text had come whole.
-    text = "".join(
-        _record([str(job_id), "N/A", "N/A", "u", "a", "p", "PENDING", "Priority",
-                 "2026-12-02T12:46:10", "N/A", "1:00:00", "7", "gres/gpu:2", "1", "",
-                 "(null)", name]) + RECORD_SEPARATOR + "\n"
-        for job_id, name in enumerate(names, start=1)
-    )  # fmt: skip
-    chunked = list(parsing.parse_squeue_stream(_cut(text, cuts)))
-    assert chunked == parsing.parse_squeue(text)
-    assert [entry.name for entry in chunked] == names
-
-
-@FAST
-@given(fields=st.lists(field_text, min_size=len(SACCT_FIELDS), max_size=len(SACCT_FIELDS) + 2))
-def test_sacct_records_of_any_fields(fields):
-    parses_or_says_invalid(parsing.parse_sacct, _record(fields) + "\n")
-
-
-# sacctmgr -n -P: lines of "|"-separated fields, as many as asked for or not.
-sacctmgr_lines = st.lists(st.lists(field_text, max_size=10).map("|".join), max_size=6)
-
-
-@FAST
-@given(lines=sacctmgr_lines)
+@given(lines=st.lists(st.lists(field_text, max_size=10).map("|".join), max_size=6))
 @example(lines=["a|b"])  # an account line without its description
 @example(lines=["a||||x|||"])  # a limit that is not a number
 @example(lines=["a||||cpu=x|||"])
 def test_sacctmgr_listings_of_any_fields(lines):
+    # sacctmgr -n -P: lines of "|"-separated fields, as many as asked for or not.
     text = "\n".join(lines)
     parses_or_says_invalid(parsing.parse_sacctmgr_accounts, text)
     parses_or_says_invalid(parsing.parse_sacctmgr_associations, text)
 
 
+# --- squeue and sacct: what users write is data ----------------------------------------------
+#
+# Slurm prints a job's name and comment raw, every byte but NUL (issue 33). They are drawn
+# here from every such byte, with the bytes the listings were once split on, bytes that
+# are not UTF-8, the padding and cut marks of the columns, and whole records of either
+# listing drawn far more often than chance.
+
+NOT_UTF8 = [b"\x80", b"\xbf", b"\xc0\xaf", b"\xc3", b"\xc3\x28", b"\xe2\x82", b"\xed\xa0\x80",
+            b"\xf4\x90\x80\x80", b"\xfe", b"\xff"]  # fmt: skip
+any_byte = st.integers(1, 255).map(lambda byte: bytes([byte]))
+text_pieces = st.sampled_from(
+    [b"\n", b"\r\n", b"\x1f", b"\x1e", b" ", b"    ", b"+", b"|", b"(null)", b"None", b"N/A",
+     "é".encode(), "€".encode(), "😀".encode(), *NOT_UTF8]
+)  # fmt: skip
+user_text = st.one_of(
+    st.lists(st.one_of(any_byte, text_pieces), max_size=100).map(b"".join),
+    st.binary(max_size=200).map(lambda data: data.replace(b"\0", b"")),
+    st.text(max_size=80).map(lambda text: _utf8(text).replace(b"\0", b"")),
+)
+EVERY_BYTE = bytes(range(1, 256))
+SUBMITTED, STARTED, ENDED = "2026-12-02T12:46:10", "2026-12-02T12:46:11", "2026-12-02T12:47:11"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One listing as the cli adapter reads it: a record as Slurm's tool prints it, the
+    parser whole and as a stream, and what a name's or a comment's column holds."""
+
+    tool: str
+    write: Callable[..., bytes]  # (job id, comment=, name=, user=, state=) → one record
+    parse: Callable[[bytes], Listing]
+    stream: Callable[[Iterable[bytes]], Listing]
+    column: Callable[[bytes], bytes]  # the bytes of a text its column holds
+    no_comment: Callable[[str], bool]  # a comment the listing cannot tell from none
+
+
+def _squeue(job_id, *, comment=b"(null)", name=b"", user="alice", state="RUNNING") -> bytes:
+    return squeue_record(
+        [str(job_id), str(job_id), "N/A", user, "acct", "gpu", state, "None", SUBMITTED, STARTED,
+         "1:00:00", "7", "gres/gpu:2", "1", "gpu01"],
+        comment=comment, name=name,
+    )  # fmt: skip
+
+
+def _sacct(job_id, *, comment=b"", name=b"", user="alice", state="COMPLETED") -> bytes:
+    return sacct_record(
+        [str(job_id), str(job_id), user, "acct", "gpu", state, "0:0",
+         "billing=1,cpu=1,gres/gpu=2,mem=1000M,node=1", "60", SUBMITTED, STARTED, ENDED, "60",
+         "00:00:01", "", ""],
+        comment=comment, name=name,
+    )  # fmt: skip
+
+
+def _squeue_stream(chunks: Iterable[bytes]) -> Listing:
+    refused: list[Refused] = []
+    entries = list(parsing.parse_squeue_stream(chunks, refused))
+    return Listing(entries, refused)
+
+
+SQUEUE = Layout(
+    "squeue", _squeue, parsing.parse_squeue, _squeue_stream,
+    # squeue cuts a text to its width.
+    column=lambda text: text[:TEXT_WIDTH],
+    no_comment=lambda shown: shown == "(null)",  # what squeue prints for none
+)  # fmt: skip
+SACCT = Layout(
+    "sacct", _sacct, parsing.parse_sacct, parsing.parse_sacct_stream,
+    # sacct ends a text it cuts with "+".
+    column=lambda text: text if len(text) <= TEXT_WIDTH else text[: TEXT_WIDTH - 1] + b"+",
+    no_comment=lambda shown: shown.strip().lower() in parsing._NOT_A_VALUE,
+)  # fmt: skip
+LAYOUTS = pytest.mark.parametrize("layout", [SQUEUE, SACCT], ids=lambda layout: layout.tool)
+
+
+def _shown(column: bytes) -> str:
+    """A column's text as the listings carry it: the padding off, bytes not UTF-8 replaced."""
+    return column.rstrip(b" ").decode("utf-8", errors="replace")
+
+
+@LAYOUTS
+@FAST
+@given(texts=st.lists(st.tuples(user_text, user_text), max_size=8))
+@example(texts=[(EVERY_BYTE, EVERY_BYTE[::-1]), (EVERY_BYTE[64:], EVERY_BYTE[127:])])
+@example(texts=[(b"\n" * 200, b"\x1f\x1e" * 100), (b" " * 70 + b"x", b"x" + b" " * 70)])
+def test_any_names_and_comments_read_as_exactly_the_records_written(layout, texts):
+    output = b"".join(
+        layout.write(job_id, comment=comment, name=name)
+        for job_id, (comment, name) in enumerate(texts, start=1)
+    )
+    listing = layout.parse(output)
+    assert listing.refused == []
+    assert [entry.job_id for entry in listing] == list(range(1, len(texts) + 1))
+    for entry, (comment, name) in zip(listing, texts, strict=True):
+        assert entry.name == _shown(layout.column(name))
+        shown = _shown(layout.column(comment))
+        assert entry.comment == ("" if layout.no_comment(shown) else shown)
+        assert (entry.user, entry.account, entry.submitted_at) == (
+            "alice", "acct", dt.datetime(2026, 12, 2, 12, 46, 10, tzinfo=dt.UTC),
+        )  # fmt: skip
+
+
+@LAYOUTS
+@FAST
+@given(
+    jobs=st.lists(
+        st.tuples(user_text, user_text, st.sampled_from(["RUNNING", "COMPLETED", "NO_SUCH"])),
+        max_size=6,
+    ),
+    cuts=st.lists(st.integers(0, 100_000), max_size=12),
+)
+def test_a_listing_cut_into_chunks_anywhere_reads_as_it_does_whole(layout, jobs, cuts):
+    # The tools' output comes through the pipe in pieces of any size: a record, a field or
+    # a character split between two of them reads as if the output had come whole, the
+    # records refused included.
+    output = b"".join(
+        layout.write(job_id, comment=comment, name=name, state=state)
+        for job_id, (comment, name, state) in enumerate(jobs, start=1)
+    )
+    whole = layout.parse(output)
+    chunked = layout.stream(_cut(output, cuts))
+    assert chunked == whole
+    assert chunked.refused == whole.refused
+    assert [r.job_id for r in whole.refused] == [
+        job_id for job_id, (*_, state) in enumerate(jobs, start=1) if state == "NO_SUCH"
+    ]
+
+
+def _old_squeue(victim: int) -> bytes:
+    # The format before issue 33: fields split by U+001F, a record ended by U+001E.
+    return FIELD_SEPARATOR.join(
+        [str(victim), str(victim), "N/A", "olga", "genomics", "gpu", "SUSPENDED", "None",
+         SUBMITTED, STARTED, "7-00:00:00", "999999", "gres/gpu:8", "1", "gpu01", "(null)",
+         "forged"]
+    ).encode() + b"\x1e\n"  # fmt: skip
+
+
+def _old_sacct(victim: int) -> bytes:
+    return FIELD_SEPARATOR.join(
+        [str(victim), str(victim), "olga", "genomics", "gpu", "COMPLETED", "0:0",
+         "billing=8,cpu=8,gres/gpu=8,node=1", "360000", SUBMITTED, STARTED, ENDED, "", "", "",
+         "", "", "forged"]
+    ).encode() + b"\n"  # fmt: skip
+
+
+# Whole records of either listing, in the formats of today and of before, claiming the job
+# of a real victim (``victim``) for someone else, finished or suspended, with 8 GPUs.
+FORGERIES: dict[str, Callable[[int], bytes]] = {
+    "squeue": lambda victim: _squeue(victim, name=b"forged", user="olga", state="SUSPENDED"),
+    "squeue's safe fields": lambda victim: b"\n" + _squeue(victim, user="olga")[2 * TEXT_WIDTH :],
+    "sacct": lambda victim: _sacct(victim, name=b"forged", user="olga"),
+    "sacct after a line": lambda victim: b"\n" + _sacct(victim, user="olga", state="FAILED"),
+    "old squeue": _old_squeue,
+    "old sacct": _old_sacct,
+}
+
+
+@LAYOUTS
+@FAST
+@given(
+    honest=st.lists(st.tuples(user_text, user_text), min_size=1, max_size=4),
+    victim=st.integers(0, 3),
+    forgery=st.sampled_from(sorted(FORGERIES)),
+    before=user_text,
+    after=user_text,
+    into=st.sampled_from(["name", "comment", "both"]),
+    at=st.integers(0, 4),
+)
+@example(
+    honest=[(b"", b"victim")], victim=0, forgery="squeue's safe fields", before=b"", after=b"",
+    into="both", at=1,
+)  # fmt: skip
+def test_forged_records_in_names_and_comments_never_add_remove_or_change_a_record(
+    layout, honest, victim, forgery, before, after, into, at
+):
+    jobs = list(range(100, 100 + len(honest)))
+    forged = before + b"".join(
+        FORGERIES[forgery](jobs[victim % len(jobs)]) for _ in range(3)
+    ) + after  # fmt: skip
+    records = [
+        layout.write(job_id, comment=comment, name=name)
+        for job_id, (comment, name) in zip(jobs, honest, strict=True)
+    ]
+    without = layout.parse(b"".join(records))
+    records.insert(
+        at % (len(records) + 1),
+        layout.write(
+            999, user="bob",
+            comment=forged if into != "name" else b"portal:x",
+            name=forged if into != "comment" else b"x",
+        ),
+    )  # fmt: skip
+    listing = layout.parse(b"".join(records))
+    assert listing.refused == []
+    assert [entry for entry in listing if entry.job_id != 999] == list(without)
+    [forger] = [entry for entry in listing if entry.job_id == 999]
+    assert (forger.user, forger.account) == ("bob", "acct")
+    assert len(listing) == len(jobs) + 1
+
+
+def _listings_of(record: Callable[[int], bytes]) -> st.SearchStrategy[bytes]:
+    return st.builds(record, st.integers(0, 2**64))
+
+
+whole_records = st.one_of(
+    _listings_of(lambda job_id: _squeue(job_id)),
+    _listings_of(lambda job_id: _sacct(job_id)),
+    *(_listings_of(forge) for forge in FORGERIES.values()),
+)
+some_bytes = st.one_of(
+    st.binary(max_size=4000),
+    st.lists(
+        st.one_of(
+            st.binary(max_size=40),
+            whole_records,
+            # A record cut short, or with bytes of its own gone or added.
+            st.tuples(whole_records, st.integers(0, 2000)).map(lambda cut: cut[0][: cut[1]]),
+            st.tuples(whole_records, st.integers(0, 2000), st.binary(max_size=3)).map(
+                lambda change: change[0][: change[1]] + change[2] + change[0][change[1] + 1 :]
+            ),
+        ),
+        max_size=8,
+    ).map(b"".join),
+)
+
+
+@FAST
+@given(output=some_bytes)
+@example(output=b"\n")
+@example(output=b" " * (2 * TEXT_WIDTH) + b"\n")  # a record of no fields at all
+@example(output=b"x" * (parsing.SACCT_RECORD_BYTES - 1) + b"\n")  # every column filled
+def test_any_bytes_read_as_a_listing_or_say_they_cannot(output):
+    for parse in (SQUEUE.parse, SACCT.parse):
+        listing = parses_or_says_invalid(parse, output)
+        if listing is not None:
+            assert isinstance(listing, Listing)
+            for refused in listing.refused:
+                assert isinstance(refused, Refused) and refused.problem
+                assert refused.job_id is None or isinstance(refused.job_id, int)
+    for stream in (SQUEUE.stream, SACCT.stream):
+        parses_or_says_invalid(stream, _every(5, output))
+
+
+@FAST
+@given(fields=st.lists(field_text, min_size=len(SQUEUE_FIELDS), max_size=len(SQUEUE_FIELDS) + 2))
+@example(fields=["1", "N/A", "N/A", "u", "a", "p", "BOGUS", *[""] * 8])
+@example(fields=["x", "N/A", "N/A", "u", "a", "p", "PENDING", *[""] * 8])
+@example(fields=["1", "N/A", "N/A", "u", "a", "p", "PENDING", *[""] * 4, "9" * 5000, *[""] * 3])
+@example(
+    fields=["9" * 5000, "N/A", "N/A", "u", "a", "p", "PENDING", *[""] * 8]
+)  # an id of 5000 digits
+def test_a_squeue_record_of_any_fields_is_one_entry_or_one_refusal(fields):
+    """Whatever the fields no user writes hold, a record of squeue's shape never stops the
+    listing: it reads, or it is refused with its id (where its id is one)."""
+    if any("\n" in field for field in fields):  # a line's end: another record's start
+        fields = [field.replace("\n", " ") for field in fields]
+    listing = parsing.parse_squeue(squeue_record(fields, name=b"n"))
+    assert len(listing) + len(listing.refused) == 1
+    for refused in listing.refused:
+        job_id = fields[0]
+        said = job_id.isascii() and job_id.isdigit() and len(job_id) <= 20
+        assert refused.job_id == (int(job_id) if said else None)
+
+
+@FAST
+@given(
+    fields=st.lists(field_text, min_size=len(SACCT_COLUMNS) - 2, max_size=len(SACCT_COLUMNS) - 2)
+)
+@example(fields=["1", "1", "u", "a", "p", "BOGUS", *[""] * 10])
+@example(fields=["1", "1", "u", "a", "p", "COMPLETED", "0:0", "gres/gpu=x" * 40, *[""] * 8])
+def test_a_sacct_record_of_any_fields_is_one_entry_or_one_refusal(fields):
+    listing = parsing.parse_sacct(sacct_record(fields, name=b"n"))
+    job_id = fields[0].encode()[:24].decode(errors="replace").strip()
+    if "." in job_id:  # a step: no run of its own, never an entry
+        assert len(listing) == 0
+        return
+    assert len(listing) + len(listing.refused) == 1
+
+
 # --- what the portal writes reads back --------------------------------------------------
 
-safe_text = st.text(
-    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x1e\x1f\n\r"), max_size=20
-)
 times = st.datetimes(min_value=dt.datetime(2000, 1, 1), max_value=dt.datetime(2100, 1, 1)).map(
     lambda t: t.replace(microsecond=0, tzinfo=dt.UTC)
 )
@@ -176,8 +432,8 @@ times = st.datetimes(min_value=dt.datetime(2000, 1, 1), max_value=dt.datetime(21
 @FAST
 @given(
     job_id=st.integers(1, 2**32 - 3),
-    name=safe_text,
-    comment=safe_text,
+    name=user_text,
+    comment=user_text,
     user=st.from_regex(r"[a-z][a-z0-9]{0,8}", fullmatch=True),
     submitted=times,
     started=times,
@@ -195,18 +451,19 @@ def test_a_squeue_record_reads_back_as_written(
     tres = gres.format(per_node) if per_node else "N/A"
     fields = [str(job_id), "N/A", "N/A", user, "acct", "gpu", state, "None",
               submitted.strftime("%Y-%m-%dT%H:%M:%S"), started.strftime("%Y-%m-%dT%H:%M:%S"),
-              limit_text, str(priority), tres, str(nodes), "gpu[01-02]",
-              comment or "(null)", name]  # fmt: skip
-    [entry] = parsing.parse_squeue(_record(fields) + RECORD_SEPARATOR)
+              limit_text, str(priority), tres, str(nodes), "gpu[01-02]"]  # fmt: skip
+    [entry] = parsing.parse_squeue(squeue_record(fields, comment=comment, name=name))
     assert entry.job_id == job_id
-    assert entry.name == name
-    assert entry.comment == (comment if comment != "(null)" else "")
+    assert entry.name == _shown(name[:TEXT_WIDTH])
+    shown = _shown(comment[:TEXT_WIDTH])
+    assert entry.comment == ("" if shown == "(null)" else shown)
     assert entry.user == user
     assert entry.submitted_at == submitted
     assert entry.started_at == (None if state == "PENDING" else started)
     assert entry.time_limit_minutes == limit
     assert entry.priority == priority
     assert entry.gpus == per_node * nodes
+    assert entry.gpus_known == bool(per_node)
     # squeue's %S is a pending job's forecast, a running job's start.
     assert entry.expected_start_at == (started if state == "PENDING" else None)
     assert entry.nodes == ("" if state == "PENDING" else "gpu[01-02]")
@@ -274,42 +531,50 @@ def test_alloc_tres_counts_typed_gpus_only_without_the_total(gpus, typed):
 
 
 step_ids = st.sampled_from(["batch", "extern", "0", "1"])
+steps_of_a_run = st.lists(
+    st.tuples(step_ids, st.integers(0, 10**6), st.integers(0, 999), st.integers(0, 2**40)),
+    max_size=4,
+)
 
 
 @FAST
-@given(
-    job_id=st.integers(1, 2**31),
-    steps=st.lists(
-        st.tuples(step_ids, st.integers(0, 10**6), st.integers(0, 999), st.integers(0, 2**40)),
-        max_size=4,
-    ),
-)
-def test_a_jobs_steps_fold_into_its_usage(job_id, steps):
-    """sacct's steps (TotalCPU as [D-]HH:MM:SS.mmm, MaxRSS in K) add up to the job's CPU
-    time and highest peak; a peak of 0 (never sampled) and no step are not recorded."""
-    job = [str(job_id), str(job_id), "u", "a", "p", "COMPLETED", "0:0",
-           "cpu=2,gres/gpu=1,mem=4G", "60", "Unknown", "Unknown", "Unknown", "", "90", "", "",
-           "", "name"]  # fmt: skip
-    lines = [_record(job)]
-    for step, seconds, millis, rss in steps:
-        days, rest = divmod(seconds, 86400)
-        hours, rest = divmod(rest, 3600)
-        cpu = f"{days}-{hours:02d}:{rest // 60:02d}:{rest % 60:02d}.{millis:03d}"
-        usage = f"cpu=00:00:01,mem={rss // 1024}K,energy=0"
-        step_id = f"{job_id}.{step}"
-        fields = [step_id, step_id, "", "a", "", "COMPLETED", "0:0", "", "1", "", "", "", "",
-                  "", cpu, usage, usage, step]  # fmt: skip
-        lines.append(_record(fields))
-    [entry] = parsing.parse_sacct("\n".join(lines) + "\n")
-    assert entry.time_limit_minutes == 90
-    assert entry.mem_allocated_bytes == 4 * 2**30
-    assert entry.gpu_util_percent is None  # no NVML: never 0
-    if not steps:
-        assert entry.cpu_time_s is None and entry.mem_peak_bytes is None
-        return
-    assert entry.cpu_time_s == round(sum(s + m / 1000 for _, s, m, _ in steps), 3)
-    peak = max(rss // 1024 * 1024 for *_, rss in steps)
-    assert entry.mem_peak_bytes == (peak or None)
+@given(job_id=st.integers(1, 2**31), runs=st.lists(steps_of_a_run, min_size=1, max_size=3))
+def test_each_run_of_a_job_folds_in_its_own_steps_usage(job_id, runs):
+    """sacct --duplicates lists each run of a requeued job (the same id, its own submit
+    time), each followed by its steps (TotalCPU as [D-]HH:MM:SS.mmm, MaxRSS in K): each
+    run's CPU time and highest peak are its own steps'; a peak of 0 (never sampled) and no
+    step are not recorded."""
+    output = b""
+    for number, steps in enumerate(runs):
+        state = "COMPLETED" if number == len(runs) - 1 else "REQUEUED"
+        output += sacct_record(
+            [str(job_id), str(job_id), "u", "a", "p", state, "0:0", "cpu=2,gres/gpu=1,mem=4G",
+             "60", f"2026-12-02T12:{number:02d}:10", "Unknown", "Unknown", "90", "", "", ""],
+            name=b"name",
+        )  # fmt: skip
+        for step, seconds, millis, rss in steps:
+            days, rest = divmod(seconds, 86400)
+            hours, rest = divmod(rest, 3600)
+            cpu = f"{days}-{hours:02d}:{rest // 60:02d}:{rest % 60:02d}.{millis:03d}"
+            usage = f"cpu=00:00:01,mem={rss // 1024}K,energy=0"
+            step_id = f"{job_id}.{step}"
+            output += sacct_record(
+                [step_id, step_id, "", "a", "", "COMPLETED", "0:0", "", "1", "", "", "", "",
+                 cpu, usage, usage],
+                name=step.encode(),
+            )  # fmt: skip
+    listing = parsing.parse_sacct(output)
+    assert [entry.submitted_at.minute for entry in listing] == list(range(len(runs)))
+    for entry, steps in zip(listing, runs, strict=True):
+        assert entry.time_limit_minutes == 90
+        assert entry.mem_allocated_bytes == 4 * 2**30
+        assert entry.gpu_util_percent is None  # no NVML: never 0
+        if not steps:
+            assert entry.cpu_time_s is None and entry.mem_peak_bytes is None
+            continue
+        assert entry.cpu_time_s == round(sum(s + m / 1000 for _, s, m, _ in steps), 3)
+        peak = max(rss // 1024 * 1024 for *_, rss in steps)
+        assert entry.mem_peak_bytes == (peak or None)
 
 
 # --- slurmrestd's JSON ----------------------------------------------------------------

@@ -260,11 +260,110 @@ def test_accounting_exit_codes(exit_code, state, expected):
     assert accounting_exit_code(exit_code, state) == expected
 
 
-def test_accounting_keeps_the_last_run_of_a_requeued_job():
-    entries = [e for e in parse_accounting(recorded("accounting.json")) if e.job_id == 1265]
-    assert len(entries) == 1
-    assert entries[0].state == SlurmJobState.COMPLETED
-    assert entries[0].submitted_at == utc(1_796_217_098) and entries[0].elapsed_s == 20
+def test_accounting_keeps_every_run_of_a_requeued_job():
+    listing = parse_accounting(recorded("accounting.json"))
+    first, second = [e for e in listing if e.job_id == 1265]
+    assert (first.state, first.elapsed_s, first.allocated_gpus) == (SlurmJobState.REQUEUED, 8, 1)
+    assert (first.submitted_at, first.ended_at) == (utc(1_796_217_090), utc(1_796_217_098))
+    assert (second.state, second.elapsed_s) == (SlurmJobState.COMPLETED, 20)
+    assert second.submitted_at == utc(1_796_217_098)  # requeued: submitted again
+    assert listing.refused == []
+
+
+# The requeued jobs of ../cli/sacct*.txt (22040 on 22.05, 10023 on 24.11), read through
+# slurmrestd as the ingest reads them (with their steps), beside the job whose name and
+# comment are forged records of the victim 22034 / 10017 (../cli/README.md).
+REQUEUED = [
+    ("accounting_requeued.json", 22040, 22045, 22034, (2.254, 5.816), (12516, 12568)),
+    ("24.11/accounting_requeued-v0.0.42.json", 10023, 10027, 10017, (2.295, 5.863),
+     (13208, 13132)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("fixture", "requeued", "forger", "victim", "cpu_s", "peak_k"), REQUEUED)
+def test_a_requeued_jobs_runs_are_each_listed_with_their_own_submit_time_and_steps(
+    fixture, requeued, forger, victim, cpu_s, peak_k
+):
+    listing = parse_accounting(recorded(fixture))
+    first, second = [e for e in listing if e.job_id == requeued]
+    assert (first.state, second.state) == (SlurmJobState.REQUEUED, SlurmJobState.COMPLETED)
+    # The requeue submits the job again: the second run's submit time is the first's end.
+    assert first.submitted_at < second.submitted_at
+    assert first.ended_at <= second.submitted_at < second.started_at
+    assert (first.elapsed_s, second.elapsed_s) == (10, 46)
+    assert (first.allocated_gpus, second.allocated_gpus) == (1, 1)
+    # Each run's usage is its own steps' (a burn in an srun step and in the batch step,
+    # cut short by the requeue in the first run).
+    assert (first.cpu_time_s, second.cpu_time_s) == pytest.approx(cpu_s, abs=0.002)
+    assert (first.mem_peak_bytes, second.mem_peak_bytes) == tuple(k * 1024 for k in peak_k)
+    assert listing.refused == []
+
+
+@pytest.mark.parametrize(("fixture", "requeued", "forger", "victim", "cpu_s", "peak_k"), REQUEUED)
+def test_a_forged_record_in_a_name_and_a_comment_is_a_name_and_a_comment(
+    fixture, requeued, forger, victim, cpu_s, peak_k
+):
+    listing = parse_accounting(recorded(fixture))
+    assert sorted({e.job_id for e in listing}) == sorted([requeued, forger])  # no victim
+    [job] = [e for e in listing if e.job_id == forger]
+    assert (job.user, job.account, job.state) == ("bob", "fixturerec", SlurmJobState.COMPLETED)
+    # As the other listings carry them: the first 64 bytes; slurmdbd keeps "?" for bytes
+    # that are not UTF-8.
+    assert job.name.startswith(f"\n{victim}\x1f{victim}\x1fN/A\x1folga\x1fgenomics")
+    assert len(job.name.encode()) == 64
+    assert job.comment.startswith("".join(map(chr, range(1, 32))) + "???(??\n")
+
+
+def _broken(payload: dict, job_id: int, change: dict) -> dict:
+    """``payload`` with the first job of ``job_id`` changed (``None`` removes a key)."""
+    jobs = [dict(job) for job in payload["jobs"]]
+    job = next(job for job in jobs if job["job_id"] == job_id)
+    for key, value in change.items():
+        if value is None:
+            del job[key]
+        else:
+            job[key] = value
+    return {**payload, "jobs": jobs}
+
+
+@pytest.mark.parametrize(
+    ("payload", "broken"),
+    [(lambda: recorded("jobs.json"), 1279),
+     (lambda: recorded_next("jobs", "v0.0.42"), 2)],
+)  # fmt: skip
+@pytest.mark.parametrize(
+    "change",
+    [{"job_state": "NO_SUCH_STATE"}, {"job_state": None}, {"name": ["not", "a", "text"]}],
+    ids=["unknown state", "no state", "a name that is a list"],
+)
+def test_a_queued_job_that_does_not_read_is_refused_with_its_id_and_the_others_read(
+    payload, broken, change
+):
+    whole = parse_queue(payload())
+    listing = parse_queue(_broken(payload(), broken, change))
+    [refused] = listing.refused
+    assert refused.job_id == broken and "cannot read the record" in refused.problem
+    assert listing == [entry for entry in whole if entry.job_id != broken]
+
+
+@pytest.mark.parametrize(
+    ("payload", "broken"),
+    [(lambda: recorded("accounting.json"), 1284),
+     (lambda: recorded_next("accounting", "v0.0.42"), 5)],
+)  # fmt: skip
+@pytest.mark.parametrize(
+    "change",
+    [{"state": {"current": "NO_SUCH_STATE"}}, {"state": None}, {"job_id": "5"}],
+    ids=["unknown state", "no state", "an id that is a text"],
+)
+def test_an_accounting_record_that_does_not_read_is_refused_and_the_others_read(
+    payload, broken, change
+):
+    whole = parse_accounting(payload())
+    listing = parse_accounting(_broken(payload(), broken, change))
+    [refused] = listing.refused
+    assert refused.job_id == (None if "job_id" in change else broken)
+    assert listing == [entry for entry in whole if entry.job_id != broken]
 
 
 def test_accounting_shows_array_tasks_and_a_pending_array_as_sacct_does():
@@ -426,6 +525,7 @@ def test_the_job_description_carries_the_authoritative_fields():
         "standard_output": "/home/alice/out-%j.txt",
         "standard_error": "/home/alice/err-%j.txt",
         "environment": {"FOO": "bar baz"},
+        "no_requeue": True,
         "gpus_per_node": 2,
         "cpus_per_gpu": 4,
         "memory_per_gpu": 16_000,
@@ -670,8 +770,9 @@ def test_a_24_11_job_description_uses_its_own_keys():
 
 
 # --- usage, from the steps (accounting_steps*.json: read without skip_steps) -----------
-# The jobs of ../cli/sacct-steps*.txt, read through slurmrestd at the same time: the job's
-# own time.total is 0 there, so its CPU time is its steps'; 28 and 3 were never sampled.
+# Jobs read through slurmrestd on 2026-12-04 while sacct read them too (the cli recordings
+# of then, since recorded again: ../cli/README.md): the job's own time.total is 0 there,
+# so its CPU time is its steps'; 28 and 3 were never sampled.
 
 STEPS_FIXTURES = [
     ("accounting_steps.json", 28, 39),

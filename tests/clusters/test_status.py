@@ -19,22 +19,28 @@ NOW = dt.datetime(2026, 12, 4, 6, 0, tzinfo=dt.UTC)
 BOUND = dt.timedelta(minutes=10)
 
 
+def printed(name: str) -> bytes:
+    """A cli recording as the tool printed it (squeue's, bytes: the parser takes them)."""
+    return (FIXTURES / "cli" / name).read_bytes()
+
+
 def cli(name: str) -> str:
-    return (FIXTURES / "cli" / name).read_bytes().decode(errors="replace")
+    return printed(name).decode(errors="replace")
 
 
 def rest(name: str) -> dict:
     return json.loads((FIXTURES / "slurmrestd" / name).read_text())
 
 
-# Recorded on 2026-12-04 (tests/fixtures/*/README.md): alice's job running with 2 GPUs,
-# one pending for every GPU of the node (Resources), a pending array of 4 such tasks;
-# on portal-dev another test's 1-GPU job ran beside them.
+# Recorded (tests/fixtures/*/README.md) with alice's job running with 2 GPUs, one pending
+# for every GPU of the node (Resources), a pending array of 4 such tasks: the REST ones on
+# 2026-12-04, when on portal-dev another test's 1-GPU job ran beside them; the cli ones
+# on 2026-12-06, in squeue's fixed-width format.
 RECORDED = {
     "22.05 cli": lambda: (parse_scontrol_nodes(cli("scontrol-nodes.txt")),
-                          parse_squeue(cli("squeue-status.txt"))),
+                          parse_squeue(printed("squeue-status.txt"))),
     "24.11 cli": lambda: (parse_scontrol_nodes(cli("scontrol-nodes-24.11.txt")),
-                          parse_squeue(cli("squeue-status-24.11.txt"))),
+                          parse_squeue(printed("squeue-status-24.11.txt"))),
     "22.05 rest": lambda: (parse_nodes(rest("nodes_status.json")),
                            parse_queue(rest("jobs_status.json"))),
     "24.11 rest": lambda: (parse_nodes(rest("24.11/nodes_status-v0.0.42.json")),
@@ -158,7 +164,7 @@ def test_gpus_held_by_jobs_on_compressed_node_lists_are_not_stuck():
 def test_a_node_running_a_job_whose_gpus_squeue_does_not_show_is_not_judged():
     """sbatch --gpus=2 (per job): squeue's %b says N/A, so the listing cannot tell what the
     job holds; the node is left out rather than reported stuck on a guess."""
-    [per_job] = parse_squeue(cli("squeue-gpus-per-job-22.05.txt"))
+    [per_job] = [e for e in parse_squeue(printed("squeue.txt")) if e.name == "perjob"]
     assert (per_job.gpus, per_job.gpus_known, per_job.nodes) == (0, False, "vm")
     nodes = [node("vm", ("mixed",), allocated=2), node("other", ("mixed",), allocated=2)]
     assert stuck_gpus(nodes, [per_job]) == {"other": (2, 0)}
