@@ -101,6 +101,12 @@ def _add_job_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--error", help="stderr file")
     parser.add_argument("--array", help="a Slurm array spec, e.g. 0-9%%2")
     parser.add_argument(
+        "--requeue",
+        action=argparse.BooleanOptionalAction,
+        help="whether Slurm may run the job again (every run is charged); "
+        "default: the template's, else no",
+    )
+    parser.add_argument(
         "--env",
         action="append",
         type=_checked(parse_assignment, "KEY=VALUE"),

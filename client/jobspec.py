@@ -38,7 +38,8 @@ STRING_FIELDS = frozenset(
 INTEGER_FIELDS = frozenset(
     {"nodes", "gpus_per_node", "cpus_per_gpu", "mem_per_gpu_gb", "time_limit_minutes", "template"}
 )
-REQUEST_FIELDS = STRING_FIELDS | INTEGER_FIELDS | {"environment", "depends_on"}
+BOOLEAN_FIELDS = frozenset({"requeue"})
+REQUEST_FIELDS = STRING_FIELDS | INTEGER_FIELDS | BOOLEAN_FIELDS | {"environment", "depends_on"}
 FILE_KEYS = REQUEST_FIELDS | {"script_file"}
 _TIME = re.compile(r"(?:(\d+):)?(\d+)")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -92,6 +93,12 @@ def _integer(key: str, value: Any) -> int:
     return value
 
 
+def _boolean(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise JobSpecError(f"{key}: give true or false, not {value!r}")
+    return value
+
+
 def _environment(value: Any) -> dict[str, str]:
     if not isinstance(value, Mapping):
         raise JobSpecError("environment: give a mapping of names to values, e.g. {EPOCHS: '3'}")
@@ -121,6 +128,8 @@ def request_from_mapping(data: Mapping[str, Any], *, folder: Path) -> dict[str, 
             request[key] = _scalar_text(key, value)
         elif key in INTEGER_FIELDS:
             request[key] = _integer(key, value)
+        elif key in BOOLEAN_FIELDS:
+            request[key] = _boolean(key, value)
         elif key == "environment":
             request[key] = _environment(value)
         elif key == "depends_on":

@@ -31,6 +31,7 @@ def job_request(args: argparse.Namespace) -> dict[str, Any]:
         "output_path": args.output,
         "error_path": args.error,
         "array": args.array,
+        "requeue": args.requeue,
         "depends_on": args.depends_on,
         "template": args.template,
         "script": read_script(args.script) if args.script else None,

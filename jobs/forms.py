@@ -59,6 +59,9 @@ class JobForm(forms.Form):
     output_path = forms.CharField(label=_("Output file"), required=False, max_length=1024)
     error_path = forms.CharField(label=_("Error file"), required=False, max_length=1024)
     array = forms.CharField(label=_("Array"), required=False, max_length=64)
+    # Not shown: it comes from a template (or the job submitted again) and travels with the
+    # form, so the preview's script, the job and a template saved from it keep it.
+    requeue = forms.NullBooleanField(required=False, widget=forms.HiddenInput)
     environment = forms.CharField(
         label=_("Environment"),
         required=False,
@@ -134,13 +137,15 @@ class JobForm(forms.Form):
             error_path=data.get("error_path") or None,
             environment=data.get("environment") or {},
             array=data.get("array") or "",
+            requeue=data.get("requeue"),
             script=data["script"],
             template=data.get("template"),
         )
 
     def add_service_errors(self, error: JobInvalid) -> None:
         for field, messages in error.fields.items():
-            target = field if field in self.fields else None
+            shown = field in self.fields and not self.fields[field].widget.is_hidden
+            target = field if shown else None
             for message in messages:
                 self.add_error(target, message)
 
@@ -167,6 +172,7 @@ def initial_from_job(job: Job) -> dict:
         "output_path": job.output_path,
         "error_path": job.error_path,
         "array": job.array,
+        "requeue": job.requeue,
         "environment": _environment_text(job.environment),
         "script": job.script,
     }

@@ -83,6 +83,7 @@ def _job_matches(job: Job, canonical: dict[str, Any]) -> bool:
                 "time_limit_minutes",
                 "environment",
                 "array",
+                "requeue",
                 "script",
             )
         },

@@ -8,6 +8,7 @@ account is the project's — none of it is taken from the request.
 
 import dataclasses
 import pwd
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -48,6 +49,7 @@ class JobRequest:
     error_path: str | None = None
     environment: dict[str, str] | None = None
     array: str | None = None
+    requeue: bool | None = None  # whether Slurm may run it again; off unless asked for
     depends_on: tuple[int, ...] | None = None  # portal job ids
     script: str | None = None
     template: int | None = None  # a template id: its values are defaults
@@ -60,6 +62,7 @@ BUILT_IN_DEFAULTS: dict[str, Any] = {
     "time_limit_minutes": 60,
     "environment": {},
     "array": "",
+    "requeue": False,
     "depends_on": (),
 }
 
@@ -69,7 +72,7 @@ BUILT_IN_DEFAULTS: dict[str, Any] = {
 TEMPLATE_DEFAULT_FIELDS = (
     "partition", "name", "nodes", "gpus_per_node", "cpus_per_gpu", "mem_per_gpu_gb",
     "time_limit_minutes", "working_directory", "output_path", "error_path", "environment",
-    "array",
+    "array", "requeue",
 )  # fmt: skip
 
 
@@ -208,6 +211,20 @@ def _int(values: dict[str, Any], name: str, *, optional: bool = False) -> int | 
     return value
 
 
+def requeue_of(values: Mapping[str, Any]) -> bool:
+    """Whether Slurm may run the job again: only when ``values`` say true. JobInvalid on
+    ``requeue`` for anything but a boolean (a template's defaults are JSON an allocation
+    manager may have typed)."""
+    requeue = values.get("requeue")
+    if requeue is None:
+        return False
+    if not isinstance(requeue, bool):
+        raise JobInvalid.one(
+            "requeue", _("Requeue is true or false, not %(given)s.") % {"given": repr(requeue)}
+        )
+    return requeue
+
+
 def home_of(posix_user: str) -> str:
     try:
         return pwd.getpwnam(posix_user).pw_dir
@@ -295,6 +312,7 @@ def job_prepare(*, user: User, request: JobRequest, submit_token: str = "") -> P
         after_ok=tuple(job.slurm_job_id for job in dependencies if job.slurm_job_id),
         script=str(values.get("script") or ""),
         submit_token=submit_token,
+        requeue=requeue_of(values),
     )
     specs.validate_spec(
         spec,

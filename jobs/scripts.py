@@ -28,7 +28,8 @@ def _single_quoted(value: str) -> str:
 
 def render_script(spec: JobSpec) -> str:
     """The full batch script for a spec that passed validate_spec; deterministic."""
-    options = [
+    # (option, value); a value of None is a flag that takes none.
+    options: list[tuple[str, str | None]] = [
         ("job-name", spec.name),
         ("account", spec.account),
         ("partition", spec.partition),
@@ -50,12 +51,18 @@ def render_script(spec: JobSpec) -> str:
         options.append(("array", spec.array))
     if spec.after_ok:
         options.append(("dependency", "afterok:" + ":".join(str(i) for i in spec.after_ok)))
+    # Said either way: Slurm's default is the site's JobRequeue.
+    options.append(("requeue" if spec.requeue else "no-requeue", None))
     options += [("export", "NONE"), ("comment", comment_for(spec.submit_token))]
     for option, value in options:
-        if not _DIRECTIVE_VALUE.fullmatch(value):
+        if value is not None and not _DIRECTIVE_VALUE.fullmatch(value):
             raise ValueError(f"render_script: --{option} value {value!r} was not validated")
 
-    lines = ["#!/bin/bash", *(f"#SBATCH --{option}={value}" for option, value in options)]
+    lines = ["#!/bin/bash"]
+    lines += [
+        f"#SBATCH --{option}" if value is None else f"#SBATCH --{option}={value}"
+        for option, value in options
+    ]
     lines += [
         "",
         "# Written by the Slurm GPU Portal: the #SBATCH lines above come from the job's",

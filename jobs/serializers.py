@@ -76,6 +76,12 @@ class JobRequestSerializer(serializers.Serializer):
         help_text="Variable names and values; the job sees only these (--export=NONE).",
     )
     array = _text(max_length=64, help_text="A Slurm array spec, e.g. 0-9%2.")
+    requeue = serializers.BooleanField(
+        required=False,
+        allow_null=True,
+        help_text="Whether Slurm may run the job again (after a node failure, or its "
+        "owner's scontrol requeue); every run is charged. Default: the template's, else false.",
+    )
     depends_on = serializers.ListField(
         child=serializers.IntegerField(min_value=1, max_value=INT64),
         required=False,
@@ -177,6 +183,10 @@ class JobSerializer(serializers.ModelSerializer):
     pending_reason = serializers.SerializerMethodField(
         help_text="Why a pending job waits, in words (reason is Slurm's own); null otherwise."
     )
+    requeue = serializers.BooleanField(
+        read_only=True,
+        help_text="Whether Slurm may run the job again (--requeue; else --no-requeue).",
+    )
 
     @extend_schema_field(PendingReasonSerializer(allow_null=True))
     def get_pending_reason(self, job: Job) -> Any:
@@ -220,6 +230,7 @@ class JobSerializer(serializers.ModelSerializer):
             "environment",
             "array",
             "array_tasks",
+            "requeue",
             "depends_on",
             "script",
             "rendered_script",

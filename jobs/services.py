@@ -36,6 +36,7 @@ from jobs.requests import (
     JobRequest,
     PreparedJob,
     job_prepare,
+    requeue_of,
     submit_limit_check,
 )
 from jobs.states import TERMINAL_STATES, JobState
@@ -113,6 +114,7 @@ def job_create_or_find(
                 environment=spec.environment,
                 array=spec.array,
                 array_tasks=prepared.array_tasks,
+                requeue=spec.requeue,
                 script=spec.script,
                 rendered_script=prepared.rendered_script,
                 submit_token=token,
@@ -371,6 +373,10 @@ def job_template_check(*, name: str, script: str, defaults: dict) -> None:
         raise JobInvalid.one(
             "defaults", _("Templates cannot set %(fields)s.") % {"fields": ", ".join(unknown)}
         )
+    try:
+        requeue_of(defaults)
+    except JobInvalid as invalid:
+        raise JobInvalid({"defaults": invalid.fields["requeue"]}) from None
 
 
 def template_change_refusal(user: User, template: JobTemplate) -> str | None:

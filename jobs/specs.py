@@ -77,6 +77,7 @@ class JobSpec:
     after_ok: tuple[int, ...]  # Slurm job ids this job waits for
     script: str  # the user's body
     submit_token: str
+    requeue: bool = False  # whether Slurm may run it again (--requeue); else --no-requeue
 
 
 def _duration(minutes: int) -> str:

@@ -181,6 +181,7 @@ def submit_request(*, spec: specs.JobSpec, posix_user: str, script: str) -> Subm
         array=spec.array or None,
         after_ok=spec.after_ok,
         comment=comment_for(spec.submit_token),
+        requeue=spec.requeue,
     )
 
 
@@ -226,6 +227,7 @@ def spec_of(job: Job, *, after_ok: tuple[int, ...] = ()) -> specs.JobSpec:
         after_ok=after_ok,
         script=job.script,
         submit_token=str(job.submit_token),
+        requeue=job.requeue,
     )
 
 

@@ -85,6 +85,7 @@ def test_only_allocation_managers_publish_global_templates(api, alice, olga):
         ({"depends_on": [1]}, "defaults"),
         ({"nodes": "two"}, "defaults.nodes"),
         ({"environment": "A=1"}, "defaults.environment"),
+        ({"requeue": "sometimes"}, "defaults.requeue"),
     ],
 )
 def test_defaults_must_be_job_fields_of_the_right_type(api, alice, defaults, field):
@@ -108,6 +109,7 @@ ADVERTISED = {
     "error_path": "err-%j.txt",
     "environment": {"EPOCHS": "3"},
     "array": "0-3",
+    "requeue": True,
 }
 
 

@@ -110,6 +110,8 @@ def test_an_empty_file_is_an_empty_request(tmp_path):
         ("environment: [A=1]\n", "environment: give a mapping"),
         ("nodes: two\n", "nodes: give a whole number"),
         ("nodes: true\n", "nodes: give a whole number"),
+        ("requeue: 1\n", "requeue: give true or false"),
+        ("requeue: 'yes'\n", "requeue: give true or false"),
         ("time_limit_minutes: soon\n", "not a time"),
         ("name: {a: 1}\n", "name: give text"),
         ("script_file: missing.sh\n", "cannot read the script"),

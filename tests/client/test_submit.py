@@ -73,6 +73,26 @@ def test_a_job_file_with_flags_on_top(sgp, portal, tmp_path):
     }
 
 
+@pytest.mark.parametrize(
+    ("flags", "job_file", "sent"),
+    [
+        ((), "", None),  # left out: the template's, else the portal's no
+        (("--requeue",), "", True),
+        (("--no-requeue",), "", False),
+        ((), "requeue: true\n", True),
+        (("--no-requeue",), "requeue: true\n", False),  # the flag wins over the file
+    ],
+)
+def test_requeue_is_sent_only_when_asked_either_way(sgp, portal, tmp_path, flags, job_file, sent):
+    path = tmp_path / "job.yaml"
+    path.write_text(job_file + "project: vision\n")
+    portal.on("POST", "jobs/", created)
+    assert sgp("submit", str(path), *flags, portal=portal).code == 0
+    assert body(portal.requests[0]).get("requeue", "left out") == (
+        "left out" if sent is None else sent
+    )
+
+
 def test_the_script_can_come_from_stdin(sgp, portal, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO("sleep 3\necho done\n"))
     portal.on("POST", "jobs/", created)

@@ -234,6 +234,7 @@ def test_render_writes_every_directive_from_the_fields():
         "#SBATCH --error=/home/alice/runs/%x-%j.err",
         "#SBATCH --array=0-9%2",
         "#SBATCH --dependency=afterok:101:102",
+        "#SBATCH --no-requeue",
         "#SBATCH --export=NONE",
         "#SBATCH --comment=portal:8f14e45fceea167a5a36dedd4bea2543",
     ]
