@@ -203,10 +203,11 @@ def test_a_sync_takes_the_same_few_queries_however_many_jobs_it_writes(
 
     with CaptureQueriesContext(connection) as captured:
         result = queue_apply(cluster=cluster, entries=listing)
-    # The listing copied into a temporary table (made if missing, emptied, one COPY) and
-    # compared with the stored jobs in one statement; one more writes the jobs and their
-    # events; the time of the sync (and synchronous_commit set).
-    assert len(statements(captured)) == 7, statements(captured)
+    # The cluster's partitions (to name the one each job is listed in); the listing
+    # copied into a temporary table (made if missing, emptied, one COPY) and compared
+    # with the stored jobs in one statement; one more writes the jobs and their events;
+    # the time of the sync (and the transaction's settings).
+    assert len(statements(captured)) == 8, statements(captured)
     assert result.changed == len(started) + len(waiting)  # started, or given a place
     assert result.vanished == [Job.objects.get(slurm_job_id=gone).pk]
     assert JobEvent.objects.filter(job__cluster=cluster, state=JobState.RUNNING).count() == len(
@@ -219,7 +220,7 @@ def test_a_sync_takes_the_same_few_queries_however_many_jobs_it_writes(
 
     with CaptureQueriesContext(connection) as captured:
         again = queue_apply(cluster=cluster, entries=listing)
-    assert len(statements(captured)) == 6, statements(captured)  # nothing to write
+    assert len(statements(captured)) == 7, statements(captured)  # nothing to write
     assert again.changed == 0
     assert JobEvent.objects.filter(job__cluster=cluster).count() == len(started)
 
