@@ -3,9 +3,11 @@ from typing import cast
 from django import forms
 from django.contrib import admin
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
-from clusters.models import Cluster, Partition
+from clusters.models import Cluster, Partition, RefusedRecord
 from clusters.services import partition_set_billing_weight, partition_set_cpu_hour_rate
+from clusters.slurm.types import visible
 
 # Slurm's, overwritten by every sync (clusters.services.partitions_sync).
 SYNCED_FIELDS = [
@@ -147,3 +149,52 @@ class PartitionAdmin(admin.ModelAdmin):
             for name in changed
         ]
         return f"{', '.join(changes)}: {form.cleaned_data['reason']}"
+
+
+@admin.register(RefusedRecord)
+class RefusedRecordAdmin(admin.ModelAdmin):
+    """Records of Slurm's listings the portal refused, as the syncs kept them: read-only
+    (the syncs write them), for allocation managers (view permission). The texts are a
+    user's bytes: shown with control characters escaped (``visible``)."""
+
+    list_display = [
+        "slurm_job_id",
+        "cluster",
+        "listing",
+        "problem_shown",
+        "first_seen_at",
+        "last_seen_at",
+        "times_seen",
+    ]
+    list_filter = ["cluster", "listing"]
+    list_select_related = ["cluster"]
+    # Compared as text (Django casts the id), so any search term is a query, never an error.
+    search_fields = ["slurm_job_id__exact"]
+    date_hierarchy = "last_seen_at"
+    fields = readonly_fields = (
+        "cluster",
+        "listing",
+        "slurm_job_id",
+        "problem_shown",
+        "text_shown",
+        "first_seen_at",
+        "last_seen_at",
+        "times_seen",
+    )
+
+    @admin.display(description=_("problem"), ordering="problem")
+    def problem_shown(self, record: RefusedRecord) -> str:
+        return visible(record.problem)
+
+    @admin.display(description=_("text as Slurm printed it"))
+    def text_shown(self, record: RefusedRecord) -> str:
+        return visible(record.text)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -1,7 +1,6 @@
 """Every write to clusters and partitions."""
 
 import datetime as dt
-import hashlib
 import logging
 import time
 from decimal import Decimal
@@ -220,12 +219,7 @@ def refused_records_report(
         logger.warning(
             "%s %s: refused Slurm job %s: %s", cluster.name, listing, record.job_id, record.problem
         )
-    rows = {}
-    for record in refused:
-        fingerprint = hashlib.sha256(
-            f"{record.job_id}\0{record.problem}\0{record.text}".encode(errors="replace")
-        ).hexdigest()
-        rows[fingerprint] = record
+    rows = {record.fingerprint: record for record in refused}
     with connection.cursor() as cursor:
         cursor.executemany(
             _REFUSED_UPSERT.format(table=RefusedRecord._meta.db_table),  # the table name is ours

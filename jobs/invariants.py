@@ -11,9 +11,10 @@ with it, and ``manage.py check_invariants`` runs it against a live portal:
   may legitimately not be there yet; only one waiting longer than
   ``stuck_after`` is reported;
 - Slurm → portal: every Slurm job of a portal project that carries a portal
-  token and can be that job's submission (``jobs.tokens.is_submission_of``)
+  token and can be that job's submission (``jobs.tokens.is_submission_of``) or is
+  the job's recorded Slurm id run again (``jobs.accounting.is_run_of``: a requeue)
   belongs to the one portal job with that token, and no token is on two such
-  Slurm jobs.
+  Slurm jobs (a job's runs are one job).
 
 Some findings are warnings, not violations: what any researcher can bring about
 from a login node must not make the check fail at will. A token copied onto
@@ -23,6 +24,15 @@ ingest charged that work to the account it ran under, as any work outside the po
 After the database is restored from a dump, the portal's own jobs saved after the dump
 are listed so (``tests/faults/test_restore.py``): their rows are gone, their work is
 charged on their owners' names.
+
+Records Slurm listed that the portal refused are warnings too (``refused-record``): one
+it cannot read, a job id twice in one queue listing, a run (job id and submit time)
+twice in accounting, a job id accounting gives two users (``clusters.slurm.types``).
+Each is named by its cluster, listing, Slurm job id and problem, whether this check's
+own reads met it or a sync kept it within the last day (``RefusedRecord``), once. A
+record holds what users wrote, and no researcher may make the check fail by having one
+refused; a job whose record was refused is in Slurm all the same, not
+``missing-in-slurm``.
 
 Stuck GPUs are warnings too (``stuck-gpus``): GPUs Slurm counts as allocated on a node
 that no job in its queue holds there (``clusters.status.stuck_gpus``), read twice a
@@ -51,12 +61,13 @@ from django.utils import timezone
 
 from accounts.models import Allocation, LedgerEntry, Project
 from accounts.selectors import ledger_drift
-from clusters.models import Cluster
-from clusters.selectors import clusters_enabled
+from clusters.models import Cluster, RefusedRecord
+from clusters.selectors import clusters_enabled, refused_records_recent
 from clusters.slurm import SlurmError, client_for
 from clusters.slurm.states import SlurmJobState
-from clusters.slurm.types import AccountingEntry, QueueEntry
+from clusters.slurm.types import AccountingEntry, QueueEntry, Refused, visible
 from clusters.status import stuck_gpus
+from jobs.accounting import is_run_of
 from jobs.models import AccountingRecord, Job
 from jobs.states import IN_SLURM, JobState
 from jobs.tokens import is_submission_of, token_in
@@ -229,10 +240,23 @@ def _check_slurm(cluster: Cluster, findings: Findings, *, stuck_after: dt.timede
         accounted = client.accounting_since(since)
     except SlurmError as error:
         findings.violations.append(Violation("slurm-unreachable", f"{cluster.name}: {error}"))
+        _refused_warnings(cluster, {}, findings, now=now)
         return
     _stuck_gpu_warnings(cluster, stuck, queued, findings, now=now)
+    refused = {
+        RefusedRecord.Listing.QUEUE: queued.refused,
+        RefusedRecord.Listing.ACCOUNTING: accounted.refused,
+    }
+    _refused_warnings(cluster, refused, findings, now=now)
 
-    known: set[int] = set()
+    # Slurm has a job whose record it listed and the portal refused: the refusal is
+    # reported, the job is not missing.
+    known = {
+        record.job_id
+        for records in refused.values()
+        for record in records
+        if record.job_id is not None
+    }
     tokens: dict[str, list[QueueEntry | AccountingEntry]] = defaultdict(list)
     entries: list[QueueEntry | AccountingEntry] = [*queued, *accounted]
     for entry in entries:
@@ -254,6 +278,46 @@ def _check_slurm(cluster: Cluster, findings: Findings, *, stuck_after: dt.timede
                 Violation("submission-stuck", f"job {job_id} is {state} since {created_at:%c}")
             )
     _check_tokens(cluster, tokens, findings)
+
+
+def _refused_warnings(
+    cluster: Cluster,
+    read: dict[RefusedRecord.Listing, list[Refused]],
+    findings: Findings,
+    *,
+    now: dt.datetime,
+) -> None:
+    """A warning for each record of the cluster's listings that the portal refused: those
+    the syncs kept (seen within a day), then those this check's own reads met that were
+    not kept, each record once (by its fingerprint)."""
+    warned: set[tuple[str, str]] = set()
+    kept = refused_records_recent(clusters=[cluster], now=now).values_list(
+        "listing", "slurm_job_id", "problem", "fingerprint", "times_seen", "first_seen_at"
+    )
+    for listing, job_id, problem, fingerprint, times_seen, first_seen_at in kept:
+        if (listing, fingerprint) not in warned:
+            warned.add((listing, fingerprint))
+            times = "once" if times_seen == 1 else f"{times_seen} times"
+            seen = f"; seen {times} since {first_seen_at:%Y-%m-%d %H:%M:%S %Z}"
+            findings.warnings.append(_refused_warning(cluster, listing, job_id, problem, seen))
+    for listing, records in read.items():
+        for record in records:
+            if (listing, record.fingerprint) not in warned:
+                warned.add((listing, record.fingerprint))
+                findings.warnings.append(
+                    _refused_warning(cluster, listing, record.job_id, record.problem, "")
+                )
+
+
+def _refused_warning(
+    cluster: Cluster, listing: str, job_id: int | None, problem: str, seen: str
+) -> Violation:
+    record = f"Slurm job {job_id}" if job_id is not None else "a record without a job id"
+    return Violation(
+        "refused-record",
+        f"{cluster.name}: {record} in the {listing} listing is refused: {visible(problem)}"
+        f"{seen}; not applied or charged",
+    )
 
 
 def _stuck_gpu_warnings(
@@ -307,7 +371,7 @@ def _check_tokens(
         .select_related("owner", "project", "cluster")
         .only(
             "id", "submit_token", "slurm_job_id", "state", "created_at", "submitted_at",
-            "owner__posix_username", "project__slurm_account", "cluster__name",
+            "ended_at", "owner__posix_username", "project__slurm_account", "cluster__name",
         )
     }  # fmt: skip
     for token, entries in sorted(tokens.items()):
@@ -326,16 +390,22 @@ def _check_tokens(
         posix_user = job.owner.posix_username or ""
         account = job.project.slurm_account
         on_its_cluster = job.cluster_id == cluster.pk
+        # A run of the Slurm id the portal recorded is the job's own whenever Slurm ran
+        # it again (a requeue submits the same job anew, past the submission's minutes);
+        # a job with another id is its submission only within them.
         own = [
             entry
             for entry in entries
             if on_its_cluster
-            and is_submission_of(
-                entry,
-                posix_user=posix_user,
-                account=account,
-                created_at=job.created_at,
-                recorded_at=job.submitted_at if job.slurm_job_id else None,
+            and (
+                ((entry.array_job_id or entry.job_id) == job.slurm_job_id and is_run_of(entry, job))
+                or is_submission_of(
+                    entry,
+                    posix_user=posix_user,
+                    account=account,
+                    created_at=job.created_at,
+                    recorded_at=job.submitted_at if job.slurm_job_id else None,
+                )
             )
         ]
         forged = [entry for entry in entries if entry not in own]

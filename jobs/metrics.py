@@ -1,6 +1,7 @@
 """The jobs' metrics: how long submissions and pending take, observed by the workers
-where they happen, and the queue, the syncs and the last invariant check, read from the
-database when Prometheus scrapes (portal/metrics.py).
+where they happen, and the queue, the syncs, the records of Slurm's listings the portal
+refused and the last invariant check, read from the database when Prometheus scrapes
+(portal/metrics.py).
 
 A few aggregate queries per scrape, however many jobs there are; finished jobs are not
 counted (their number only grows, and counting them would read the whole table).
@@ -14,8 +15,8 @@ from prometheus_client import Histogram
 from prometheus_client.core import GaugeMetricFamily
 from redis.exceptions import RedisError
 
-from clusters.models import Cluster
-from jobs.invariants import invariants_last
+from clusters.models import Cluster, RefusedRecord
+from clusters.selectors import refused_records_recent
 from jobs.models import UNFINISHED_STATES, Job
 from jobs.states import JobState
 
@@ -76,6 +77,13 @@ def job_metric_families() -> list[GaugeMetricFamily]:
         "added, before the first time).",
         labels=["cluster"],
     )
+    refused = GaugeMetricFamily(
+        "portal_invariant_refused_records",
+        "Records of the cluster's queue or accounting listing that the portal refused "
+        "(unreadable, or a job or run listed twice) and Slurm listed within the last day: "
+        "check_invariants's refused-record warnings, by cluster and listing.",
+        labels=["cluster", "listing"],
+    )
     clusters = Cluster.objects.order_by("name").values_list(
         "pk", "name", "is_enabled", "created_at", "sync__queue_synced_at",
         "sync__accounting_synced_at",
@@ -83,11 +91,13 @@ def job_metric_families() -> list[GaugeMetricFamily]:
     names = {}
     counts: dict[tuple[str, str], int] = {}
     oldest: dict[str, dt.datetime] = {}
+    refused_counts: dict[tuple[str, str], int] = {}
     for pk, name, enabled, created_at, queue_synced_at, accounting_synced_at in clusters:
         names[pk] = name
         if not enabled:
             continue
         counts.update({(name, state): 0 for state in UNFINISHED_STATES})
+        refused_counts.update({(name, listing): 0 for listing in RefusedRecord.Listing.values})
         queue_lag.add_metric([name], _seconds_since(queue_synced_at or created_at, now))
         accounting_lag.add_metric([name], _seconds_since(accounting_synced_at or created_at, now))
     unfinished = (
@@ -105,7 +115,19 @@ def job_metric_families() -> list[GaugeMetricFamily]:
         jobs.add_metric([name, state], count)
     for name in sorted({name for name, _ in counts}):
         waiting.add_metric([name], _seconds_since(oldest[name], now) if name in oldest else 0)
-    return [jobs, waiting, queue_lag, accounting_lag, *_invariant_families()]
+    recent = (
+        refused_records_recent(now=now)
+        .values("cluster_id", "listing")
+        .annotate(count=Count("id"))
+        .order_by()
+    )
+    for seen in recent:
+        key = (names[seen["cluster_id"]], seen["listing"])
+        if key in refused_counts:  # a disabled cluster's are not read again
+            refused_counts[key] = seen["count"]
+    for (name, listing), count in sorted(refused_counts.items()):
+        refused.add_metric([name, listing], count)
+    return [jobs, waiting, queue_lag, accounting_lag, refused, *_invariant_families()]
 
 
 def _seconds_since(at: dt.datetime, now: dt.datetime) -> float:
@@ -115,6 +137,10 @@ def _seconds_since(at: dt.datetime, now: dt.datetime) -> float:
 def _invariant_families() -> list[GaugeMetricFamily]:
     """The last check of every cluster (``manage.py check_invariants``); none before it,
     or while the cache does not answer."""
+    # Here, not at the top: the check reads accounting's rules, and accounting observes
+    # through this module.
+    from jobs.invariants import invariants_last
+
     try:
         last = invariants_last()
     except RedisError:

@@ -1,6 +1,10 @@
 """The console's allocations: granted, adjusted and revoked through the ledger; the
 ledger's entries; the PIs' requests for hours; and the drift between the portal and Slurm."""
 
+import datetime as dt
+import re
+from dataclasses import dataclass
+
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -29,6 +33,9 @@ from accounts.selectors import (
     last_reconcile_reports,
 )
 from accounts.tasks import reconcile_task
+from clusters.models import Cluster, RefusedRecord
+from clusters.selectors import refused_records_recent
+from clusters.slurm.types import visible
 
 
 class GrantForm(forms.ModelForm):
@@ -65,6 +72,61 @@ class RevokeForm(forms.Form):
         help_text="Kept in the ledger with your name, on each allocation revoked.",
         error_messages={"required": "Say why the allocations are revoked; nothing was revoked."},
     )
+
+
+# The drift page shows so many of a cluster's refused records, the most recently seen
+# first (the console's list has them all), and so much of each one's text.
+REFUSED_SHOWN = 50
+EXCERPT_CHARS = 160
+_PADDING = re.compile(r"  +")
+
+
+@dataclass(frozen=True)
+class RefusedRow:
+    """A refused record as the drift page shows it: its texts escaped (``visible``)."""
+
+    job_id: int | None
+    listing: str
+    problem: str
+    excerpt: str
+    first_seen_at: dt.datetime
+    last_seen_at: dt.datetime
+    times_seen: int
+
+    @classmethod
+    def of(cls, record: RefusedRecord) -> "RefusedRow":
+        # Slurm pads its fixed-width fields with spaces: one shows where each ends.
+        text = _PADDING.sub(" ", record.text)
+        cut = len(text) > EXCERPT_CHARS
+        return cls(
+            job_id=record.slurm_job_id,
+            listing=record.get_listing_display(),
+            problem=visible(record.problem),
+            excerpt=visible(text[:EXCERPT_CHARS]) + ("…" if cut else ""),
+            first_seen_at=record.first_seen_at,
+            last_seen_at=record.last_seen_at,
+            times_seen=record.times_seen,
+        )
+
+
+@dataclass(frozen=True)
+class RefusedShown:
+    """A cluster's refused records on the drift page: the first ``REFUSED_SHOWN``, and
+    how many were seen within the day in all."""
+
+    rows: list[RefusedRow]
+    total: int
+
+    @property
+    def more(self) -> int:
+        return self.total - len(self.rows)
+
+
+def refused_shown(cluster: Cluster) -> RefusedShown:
+    recent = refused_records_recent(clusters=[cluster])
+    rows = [RefusedRow.of(record) for record in recent[:REFUSED_SHOWN]]
+    total = recent.count() if len(rows) == REFUSED_SHOWN else len(rows)
+    return RefusedShown(rows=rows, total=total)
 
 
 ALLOCATION_COLUMNS = (
@@ -166,8 +228,13 @@ class AllocationAdmin(admin.ModelAdmin):
         context = {
             **self.admin_site.each_context(request),
             "title": _("Slurm drift"),
-            "reports": last_reconcile_reports(),
+            # What Slurm listed that the portal refused, as the syncs kept it.
+            "reports": [
+                (cluster, report, refused_shown(cluster))
+                for cluster, report in last_reconcile_reports()
+            ],
             "can_reconcile": self.has_change_permission(request),
+            "can_list_refused": request.user.has_perm("clusters.view_refusedrecord"),
             "opts": self.model._meta,
         }
         return render(request, "admin/accounts/allocation/drift.html", context)

@@ -9,8 +9,9 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Permission
 
 from accounts.services import user_create
-from clusters.models import Partition
-from clusters.services import cluster_register
+from clusters.models import Partition, RefusedRecord
+from clusters.services import cluster_register, refused_records_report
+from clusters.slurm.types import Refused
 
 
 @pytest.fixture
@@ -137,3 +138,61 @@ def test_the_cluster_page_shows_the_weights_without_editing_them(client, partiti
     assert b'name="partitions-0-billing_weight"' not in page
     assert b'name="partitions-0-cpu_hour_rate"' not in page
     assert url_of(partition).encode() in page  # the way to change it, with a reason
+
+
+# --- records Slurm listed that the portal refused: read-only, for managers ------------------
+
+REFUSED_LIST = "/admin/clusters/refusedrecord/"
+
+
+@pytest.fixture
+def refused(db):
+    cluster = cluster_register(name="portal-dev")
+    problem = "cannot read the record: 14 fields, not 15"
+    refused_records_report(
+        cluster=cluster,
+        listing=RefusedRecord.Listing.ACCOUNTING,
+        refused=[Refused(job_id=31337, problem=problem, text="inj\n<b>x</b>\x1e9\x1folga")],
+    )
+    refused_records_report(
+        cluster=cluster,
+        listing=RefusedRecord.Listing.QUEUE,
+        refused=[Refused(job_id=4242, problem="job 4242 is listed 2 times", text="x")],
+    )
+    return RefusedRecord.objects.get(slurm_job_id=31337)
+
+
+def test_a_manager_lists_refused_records_and_finds_one_by_its_job_id(client, manny, refused):
+    client.force_login(manny)
+    listing = client.get(REFUSED_LIST)
+    assert listing.status_code == 200
+    page = listing.content.decode()
+    assert "31337" in page and "4242" in page
+    assert "cannot read the record: 14 fields, not 15" in page
+    found = client.get(REFUSED_LIST, {"q": "31337"}).content.decode()
+    assert "31337" in found and "4242" not in found
+    for term in ("abc", "1" * 30, "-1", "%"):  # any term is a search, never an error
+        assert client.get(REFUSED_LIST, {"q": term}).status_code == 200, term
+    queue_only = client.get(REFUSED_LIST, {"listing__exact": "queue"}).content.decode()
+    assert "4242" in queue_only and "31337" not in queue_only
+
+
+def test_a_refused_records_page_shows_its_text_escaped_and_nothing_to_edit(client, manny, refused):
+    client.force_login(manny)
+    url = f"{REFUSED_LIST}{refused.pk}/change/"
+    page = client.get(url).content.decode()
+    assert "inj\\n&lt;b&gt;x&lt;/b&gt;\\x1e9\\x1folga" in page
+    assert "<b>x</b>" not in page and "\x1e" not in page
+    assert 'name="problem"' not in page and 'name="_save"' not in page
+    assert client.post(url, {"problem": "nothing"}).status_code == 403
+    assert client.get(f"{REFUSED_LIST}add/").status_code == 403
+    assert client.post(f"{REFUSED_LIST}{refused.pk}/delete/", {"post": "yes"}).status_code == 403
+    refused.refresh_from_db()
+    assert refused.problem == "cannot read the record: 14 fields, not 15"
+
+
+def test_a_researcher_cannot_open_the_refused_records(client, alice, refused):
+    client.force_login(alice)
+    for url in (REFUSED_LIST, f"{REFUSED_LIST}{refused.pk}/change/"):
+        response = client.get(url)
+        assert response.status_code == 302 and "/login/" in response["Location"], url

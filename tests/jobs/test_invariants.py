@@ -11,16 +11,22 @@ import pytest
 from django.core.cache import cache
 from django.db import connection
 from django.db.models import F
+from django.utils import timezone
 
 from accounts.ledger import ledger_release
 from accounts.models import Allocation, Project
+from clusters.models import Cluster, RefusedRecord
+from clusters.services import refused_records_report
+from clusters.slurm import client_for
+from clusters.slurm.states import SlurmJobState
+from clusters.slurm.types import Refused
 from jobs.invariants import LAST_CHECK_KEY, Findings, invariants_check, invariants_last
 from jobs.models import Job
 from jobs.services import job_create
 from jobs.states import JobState
 from jobs.submission import job_submit
 from tests.conftest import REPO
-from tests.factories import request_for, run_to_the_end
+from tests.factories import request_for, run_to_the_end, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db]
 
@@ -224,3 +230,151 @@ def test_the_command_lists_a_forged_token_as_a_warning_and_exits_0(
         f"of job {job.pk} of alice under {account}; charged as work outside the portal\n"
     ) in found.stdout
     assert found.stdout.endswith("No invariant violations.\n")
+
+
+# --- records Slurm listed that the portal refused ----------------------------------------
+
+
+def held_by_hand(project) -> int:
+    """A job alice sbatched by hand, held: it stays in the queue until cancelled."""
+    result = subprocess.run(
+        ["runuser", "-u", "alice", "--", "sbatch", "--parsable", "--hold",
+         f"--account={project.slurm_account}", "--partition=debug", "--chdir=/tmp",
+         "--output=/dev/null", "--wrap=true"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return int(result.stdout.strip().split(";")[0])
+
+
+@pytest.fixture
+def listed_twice(dev_cluster, project, tmp_path):
+    """(the dev cluster, a held Slurm job of alice's) with the cluster's tools run through a
+    command prefix after which squeue lists that job's record a second time, as a forged
+    job name once made it: Slurm's own output, one record repeated."""
+    slurm_job_id = held_by_hand(project)
+    wrapper = tmp_path / "squeue-lists-one-job-twice"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        '"$@" || exit\n'
+        f'if [ "$1" = squeue ]; then exec "$@" --jobs={slurm_job_id}; fi\n'
+    )  # fmt: skip
+    wrapper.chmod(0o755)
+    Cluster.objects.filter(pk=dev_cluster.pk).update(
+        command_prefix=str(wrapper), run_as_prefix="runuser -u {user} --"
+    )
+    dev_cluster.refresh_from_db()
+    yield dev_cluster, slurm_job_id
+    subprocess.run(["scancel", str(slurm_job_id)], check=False)
+
+
+def refused_warnings(findings: Findings) -> list[str]:
+    return [w.detail for w in findings.warnings if w.name == "refused-record"]
+
+
+def test_a_job_the_check_finds_twice_in_the_queue_is_a_warning_not_a_missing_job(
+    listed_twice, project, alice, workdir
+):
+    cluster, slurm_job_id = listed_twice
+    job = job_create(user=alice, request=quick(project, workdir))
+    Job.objects.filter(pk=job.pk).update(state=JobState.PENDING, slurm_job_id=slurm_job_id)
+    assert not RefusedRecord.objects.exists()  # no sync kept it: the check read it itself
+    findings = invariants_check(cluster=cluster)
+    assert findings.violations == []  # Slurm has the job: its records were refused
+    assert refused_warnings(findings) == [
+        f"portal-dev: Slurm job {slurm_job_id} in the queue listing is refused: listed 2 "
+        "times; none of them is taken; not applied or charged"
+    ]
+
+
+def test_a_record_both_read_and_kept_by_a_sync_is_one_warning_saying_how_often(listed_twice):
+    cluster, slurm_job_id = listed_twice
+    for _ in range(2):  # two queue syncs
+        refused = client_for(cluster).queue().refused
+        refused_records_report(
+            cluster=cluster, listing=RefusedRecord.Listing.QUEUE, refused=refused
+        )
+    kept = RefusedRecord.objects.get()
+    assert (kept.slurm_job_id, kept.times_seen) == (slurm_job_id, 2)
+    assert refused_warnings(invariants_check(cluster=cluster)) == [
+        f"portal-dev: Slurm job {slurm_job_id} in the queue listing is refused: listed 2 "
+        "times; none of them is taken; seen 2 times since "
+        f"{kept.first_seen_at:%Y-%m-%d %H:%M:%S} UTC; not applied or charged"
+    ]
+
+
+def test_refused_records_a_sync_kept_within_the_day_are_warnings_and_older_ones_are_not(
+    dev_cluster, project
+):
+    listed_twice = Refused(
+        job_id=4242,
+        problem="job 4242 is listed 2 times; none of them is taken",
+        text="QueueEntry(job_id=4242, name='x\\ny')",
+    )
+    unreadable = Refused(
+        job_id=None, problem="cannot read the record: 14 fields, not 15", text="\x1e\x1f"
+    )
+    for _ in range(3):
+        refused_records_report(
+            cluster=dev_cluster, listing=RefusedRecord.Listing.QUEUE, refused=[listed_twice]
+        )
+    refused_records_report(
+        cluster=dev_cluster, listing=RefusedRecord.Listing.QUEUE, refused=[unreadable]
+    )
+    findings = invariants_check(cluster=dev_cluster)
+    assert findings.violations == []
+    warned = refused_warnings(findings)
+    assert len(warned) == 2
+    assert warned[1].startswith(
+        "portal-dev: Slurm job 4242 in the queue listing is refused: job 4242 is listed 2 "
+        "times; none of them is taken; seen 3 times since "
+    )
+    assert warned[0].startswith(
+        "portal-dev: a record without a job id in the queue listing is refused: cannot "
+        "read the record: 14 fields, not 15; seen once since "
+    )
+    RefusedRecord.objects.update(last_seen_at=timezone.now() - dt.timedelta(days=2))
+    assert invariants_check(cluster=dev_cluster) == Findings()
+
+
+def test_a_requeued_jobs_runs_carrying_its_token_are_the_job_itself(
+    dev_cluster, project, alice, workdir
+):
+    job = submitted(alice, project, workdir, script="sleep 60\n")
+    client = client_for(dev_cluster)
+
+    def running() -> bool:
+        return any(
+            e.job_id == job.slurm_job_id and e.state == SlurmJobState.RUNNING
+            for e in client.queue()
+        )
+
+    wait_for(running, what=f"Slurm job {job.slurm_job_id} to run")
+    # Its owner may requeue it (turning requeue on first, if the portal turned it off).
+    for command in (["update", f"jobid={job.slurm_job_id}", "requeue=1"],
+                    ["requeue", str(job.slurm_job_id)]):  # fmt: skip
+        subprocess.run(["runuser", "-u", "alice", "--", "scontrol", *command], check=True)
+    try:
+        wait_for(
+            lambda: any(
+                run.job_id == job.slurm_job_id and run.state == SlurmJobState.REQUEUED
+                for run in client.accounting_since(dev_cluster.created_at)
+            ),
+            what=f"accounting to list the first run of Slurm job {job.slurm_job_id}",
+        )
+        # As if Slurm had run it again long after the portal recorded its id: every run
+        # of that id is the job's own, not a copy of its token.
+        earlier = dt.timedelta(minutes=10)
+        Job.objects.filter(pk=job.pk).update(
+            state=JobState.RUNNING,
+            created_at=F("created_at") - earlier,
+            submitted_at=F("submitted_at") - earlier,
+        )
+        assert invariants_check(cluster=dev_cluster) == Findings()
+        never = job_create(user=alice, request=quick(project, workdir))
+        Job.objects.filter(pk=never.pk).update(state=JobState.RUNNING, slurm_job_id=987654321)
+        violations = invariants_check(cluster=dev_cluster).violations
+        assert [(v.name, v.detail.split()[1]) for v in violations] == [
+            ("missing-in-slurm", str(never.pk))
+        ]
+    finally:
+        client.cancel(job.slurm_job_id, user="alice")

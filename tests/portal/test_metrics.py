@@ -15,8 +15,10 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
 from accounts.models import Allocation
+from clusters.models import Cluster, RefusedRecord
+from clusters.services import refused_records_report
 from clusters.slurm.states import SlurmJobState
-from clusters.slurm.types import QueueEntry
+from clusters.slurm.types import QueueEntry, Refused
 from jobs.invariants import LAST_CHECK_KEY, Findings, Violation, invariants_record
 from jobs.models import ClusterSync, Job
 from jobs.queue_sync import queue_apply
@@ -30,6 +32,8 @@ from tests.jobs.test_accounting_ingest import portal_job
 TOKEN = "scrape-token-for-tests"
 SCRAPER = {"HTTP_AUTHORIZATION": f"Bearer {TOKEN}"}
 HEARTBEAT = "portal.tasks.heartbeat_task"
+REFUSED = "portal_invariant_refused_records"
+QUEUE, ACCOUNTING = RefusedRecord.Listing.QUEUE, RefusedRecord.Listing.ACCOUNTING
 
 
 def parsed(text: str) -> dict[tuple[str, frozenset], float]:
@@ -222,6 +226,32 @@ def test_the_last_invariant_check_is_shown(scrape, db):
     assert value(samples, "portal_invariant_violations") == 0
     cache.delete(LAST_CHECK_KEY)
     assert not listed(scrape(), "portal_invariant_violations")  # never checked
+
+
+def test_records_refused_within_the_day_are_counted_by_cluster_and_listing(scrape, db):
+    cluster = recorded_cluster()
+    recorded_cluster("idle")  # none refused: listed with 0, so an alert sees it clear
+    off = recorded_cluster("off")
+    Cluster.objects.filter(pk=off.pk).update(is_enabled=False)
+    unreadable = [
+        Refused(job_id=job_id, problem="cannot read the record: 14 fields, not 15", text="\x1e")
+        for job_id in (11, 12, 13)
+    ]
+    listed_twice = [Refused(job_id=7, problem="job 7 is listed 2 times", text="x")]
+    for _ in range(2):  # listed again by the next ingest: still three records
+        refused_records_report(cluster=cluster, listing=ACCOUNTING, refused=unreadable)
+    refused_records_report(cluster=cluster, listing=QUEUE, refused=listed_twice)
+    refused_records_report(cluster=off, listing=QUEUE, refused=listed_twice)
+    samples = scrape()
+    assert value(samples, REFUSED, cluster="recorded", listing="accounting") == 3
+    assert value(samples, REFUSED, cluster="recorded", listing="queue") == 1
+    assert listed(samples, REFUSED, cluster="idle", listing="queue")
+    assert value(samples, REFUSED, cluster="idle", listing="queue") == 0
+    assert not listed(samples, REFUSED, cluster="off", listing="queue")  # not read any more
+    RefusedRecord.objects.filter(cluster=cluster, listing=QUEUE).update(
+        last_seen_at=timezone.now() - dt.timedelta(days=1, minutes=1)
+    )
+    assert value(scrape(), REFUSED, cluster="recorded", listing="queue") == 0
 
 
 # --- what happened: counted by the processes -------------------------------------------
