@@ -43,11 +43,12 @@ from clusters.slurm import SlurmClient, client_for
 from clusters.slurm.states import SlurmJobState
 from clusters.slurm.types import AccountingEntry, Refused, accounting_checked, run_key
 from jobs import pricing, specs, webhook_events
+from jobs.errors import JobInvalid
 from jobs.job_mail import job_end_mail_queue
 from jobs.metrics import start_observed
 from jobs.models import AccountingRecord, ClusterSync, Job, JobEvent
 from jobs.states import PORTAL_VALUE_OF, TERMINAL_VALUES, JobState
-from jobs.tokens import CLOCK_SLACK, is_submission_of, token_in
+from jobs.tokens import CLOCK_SLACK, SlurmRecord, is_submission_of, token_in
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ def run_reference(cluster: Cluster, record: AccountingRecord) -> str:
     return f"{cluster.name}:{record.slurm_job_id}@{stamp}"
 
 
-def is_run_of(entry: AccountingEntry, job: Job) -> bool:
+def is_run_of(entry: SlurmRecord, job: Job) -> bool:
     """Whether a run of the Slurm id ``job`` recorded is that job's: its owner's, submitted
     after the job was saved and, if the job ended, within ``REQUEUE_WINDOW`` of its end."""
     submitted = entry.submitted_at
@@ -142,7 +143,7 @@ def _portal_jobs(
     found: dict[tuple[int, dt.datetime | None], Job] = {}
     tokens: dict[str, list[AccountingEntry]] = defaultdict(list)
     for entry in entries:
-        job = next(
+        owner = next(
             (
                 job
                 for job in recorded.get(entry.array_job_id or entry.job_id, ())
@@ -150,8 +151,8 @@ def _portal_jobs(
             ),
             None,
         )
-        if job is not None:
-            found[run_key(entry)] = job
+        if owner is not None:
+            found[run_key(entry)] = owner
         elif (token := token_in(entry.comment)) is not None:
             tokens[token].append(entry)
     if not tokens:
@@ -190,23 +191,34 @@ def _is_submission_of(entry: AccountingEntry, job: Job) -> bool:
     )
 
 
+# A record's texts are cut to their columns: what Slurm reports of a job is as long as its
+# owner made it (a pending job's list of partitions), and must not stop the ingest.
+_TEXT_LENGTHS: dict[str, int] = {
+    field.name: field.max_length
+    for field in AccountingRecord._meta.concrete_fields
+    if field.name in ("array_task", "name", "user", "account", "partition", "comment")
+    and field.max_length is not None
+}
+
+
 def _upsert(
     cluster: Cluster,
     entries: list[AccountingEntry],
     jobs: dict[tuple[int, dt.datetime | None], Job],
 ) -> None:
     now = timezone.now()
+    cut = _TEXT_LENGTHS
     records = [
         AccountingRecord(
             cluster=cluster,
             slurm_job_id=entry.job_id,
             array_job_id=entry.array_job_id,
-            array_task=entry.array_task or "",
+            array_task=(entry.array_task or "")[: cut["array_task"]],
             job=jobs.get(run_key(entry)),
-            name=entry.name[:200],
-            user=entry.user,
-            account=entry.account,
-            partition=entry.partition,
+            name=entry.name[: cut["name"]],
+            user=entry.user[: cut["user"]],
+            account=entry.account[: cut["account"]],
+            partition=entry.partition[: cut["partition"]],
             state=str(entry.state),
             exit_code=entry.exit_code,
             signal=entry.signal,
@@ -216,7 +228,7 @@ def _upsert(
             submitted_at=entry.submitted_at,
             started_at=entry.started_at,
             ended_at=entry.ended_at,
-            comment=entry.comment[:200],
+            comment=entry.comment[: cut["comment"]],
             **{name: getattr(entry, name) for name in EFFICIENCY_FIELDS},
             updated_at=now,
         )
@@ -391,7 +403,10 @@ def _tasks_covered(record: AccountingRecord) -> int:
     # A record "[4-9%2]" stands for the tasks of an array that never started.
     task = record.array_task
     if task.startswith("["):
-        return specs.array_task_count(task.strip("[]"))
+        try:
+            return specs.array_task_count(task.strip("[]"))
+        except JobInvalid:
+            return 0  # not a spec the portal writes: it covers none of the job's tasks
     return 1
 
 
@@ -463,15 +478,16 @@ def _finish(job: Job, records: list[AccountingRecord], *, cluster: Cluster) -> b
         )
         for reference in locked.hold_references:
             ledger.ledger_release(reference=reference)
-        if locked.state != final:
-            runs = len(records) - len(latest)
+        runs = len(records) - len(latest)
+        if locked.state != final or (runs and not already):
             detail = (
                 f"exit code {exit_codes[0] if len(exit_codes) == 1 else _codes(exit_codes)}"
                 if exit_codes
                 else ""
             )
             if runs:
-                detail = f"{detail}; ran {runs + 1} times (requeued), each run charged".lstrip("; ")
+                again = f"requeued {runs} time{'s' if runs > 1 else ''}, every run charged"
+                detail = f"{detail}; {again}" if detail else again
             JobEvent.objects.create(job=job, at=timezone.now(), state=final, detail=detail)
         if not already:
             webhook_events.job_ended(job.pk)
@@ -551,7 +567,27 @@ def accounting_ingest(*, cluster: Cluster, entries: Iterable[AccountingEntry]) -
     return result
 
 
+def _with_known_users(cluster: Cluster, runs: list[AccountingEntry]) -> list[AccountingEntry]:
+    """A run listed without its user (``types.accounting_checked``) whose job's earlier
+    runs were ingested before: it is their user's (a job's runs are all its owner's)."""
+    unnamed = {entry.job_id for entry in runs if not entry.user}
+    if not unnamed:
+        return runs
+    known = dict(
+        AccountingRecord.objects.filter(cluster=cluster, slurm_job_id__in=unnamed)
+        .exclude(user="")
+        .values_list("slurm_job_id", "user")
+    )
+    return [
+        entry._replace(user=known[entry.job_id])
+        if not entry.user and entry.job_id in known
+        else entry
+        for entry in runs
+    ]
+
+
 def _ingest(cluster: Cluster, runs: list[AccountingEntry], result: IngestResult) -> list[Refused]:
+    runs = _with_known_users(cluster, runs)
     jobs = _portal_jobs(cluster, runs)
     _upsert(cluster, runs, jobs)
     refused: list[Refused] = []

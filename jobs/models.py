@@ -242,14 +242,17 @@ class AccountingRecord(models.Model):
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="accounting")
     slurm_job_id = models.BigIntegerField()
     array_job_id = models.BigIntegerField(null=True, blank=True)
-    array_task = models.CharField(max_length=32, blank=True)
+    # As Slurm wrote them, cut to these lengths (``jobs.accounting._upsert``): an array's
+    # pending tasks "[2-9%2]" and a pending job's partitions "gpu,debug" are as long as
+    # their owner made them.
+    array_task = models.CharField(max_length=200, blank=True)
     job = models.ForeignKey(
         Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="accounting"
     )
     name = models.CharField(max_length=200, blank=True)
     user = models.CharField(max_length=64)
     account = models.CharField(max_length=64)
-    partition = models.CharField(max_length=64, blank=True)
+    partition = models.CharField(max_length=200, blank=True)
     state = models.CharField(max_length=32)
     exit_code = models.IntegerField(null=True, blank=True)
     signal = models.IntegerField(null=True, blank=True)

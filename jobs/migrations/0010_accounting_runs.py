@@ -44,6 +44,16 @@ class Migration(migrations.Migration):
             name="hold_raises",
             field=models.PositiveSmallIntegerField(db_default=0, default=0),
         ),
+        migrations.AlterField(
+            model_name="accountingrecord",
+            name="array_task",
+            field=models.CharField(blank=True, max_length=200),
+        ),
+        migrations.AlterField(
+            model_name="accountingrecord",
+            name="partition",
+            field=models.CharField(blank=True, max_length=200),
+        ),
         migrations.AddConstraint(
             model_name="accountingrecord",
             constraint=models.UniqueConstraint(
