@@ -179,8 +179,10 @@ SACCT_COLUMNS = (
     ("TotalCPU", 24),
     ("TRESUsageInMax", 256),
     ("TRESUsageInAve", 256),
-    ("Comment", TEXT_WIDTH),  # the user's texts: cut at the width, never refused
-    ("JobName", TEXT_WIDTH),
+    # The user's texts, never refused: one byte wider than what is read of them, so that
+    # sacct's "+" on a longer text falls outside the first TEXT_WIDTH bytes.
+    ("Comment", TEXT_WIDTH + 1),
+    ("JobName", TEXT_WIDTH + 1),
 )
 SACCT_FORMAT = ",".join(f"{name}%-{width}" for name, width in SACCT_COLUMNS)
 # sacct prints each field and a space, then a newline.
@@ -198,6 +200,9 @@ _SACCT_CUT_OK = frozenset(
     index
     for index, (name, _) in enumerate(SACCT_COLUMNS)
     if name in ("Partition", "Comment", "JobName")
+)
+_SACCT_TEXTS = frozenset(
+    index for index, (name, _) in enumerate(SACCT_COLUMNS) if name in ("Comment", "JobName")
 )
 
 
@@ -482,7 +487,7 @@ def _sacct_fields(record: bytes) -> list[str]:
     for index, where in enumerate(_SACCT_SLICES):
         raw = record[where]
         if index in _SACCT_CUT_OK:
-            fields.append(_user_text(raw))
+            fields.append(_user_text(raw[:TEXT_WIDTH] if index in _SACCT_TEXTS else raw))
             continue
         if raw[-1:] != b" ":
             raise SlurmOutputInvalid(f"{SACCT_COLUMNS[index][0]} fills its column: cut")

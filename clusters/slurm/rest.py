@@ -201,9 +201,11 @@ class RestClient:
             )
         try:
             # slurmrestd escapes what users write but passes bytes that are not UTF-8
-            # through as they are (a job name may hold any byte): they are replaced, as
-            # the cli backend replaces them, and never make the whole answer unreadable.
-            payload = json.loads(response.content.decode("utf-8", errors="replace"))
+            # through as they are (a job name may hold any byte): they are kept as
+            # surrogates (``rest_parsing._text`` cuts a name at its 64th byte and
+            # replaces them, as the cli backend does) and never make the whole answer
+            # unreadable.
+            payload = json.loads(response.content.decode("utf-8", errors="surrogateescape"))
         except ValueError:
             payload = None
         if not isinstance(payload, dict):

@@ -283,14 +283,19 @@ def _job_id(value: Any) -> int:
 
 
 def _text(value: Any) -> str:
-    """A user's text (name, comment) as the other listings carry it: its first
-    TEXT_WIDTH bytes (parsing.py)."""
+    """A user's text (name, comment) as the cli listings carry it: its first TEXT_WIDTH
+    bytes as Slurm wrote them (the answer's bytes that are not UTF-8 arrive as
+    surrogates: ``rest.RestClient._send``), spaces at the end dropped, bytes that are
+    not UTF-8 replaced."""
     if not value:
         return ""
     if not isinstance(value, str):
         raise SlurmOutputInvalid(f"a text that is a {type(value).__name__}")
-    cut = value.encode("utf-8", errors="surrogatepass")[:TEXT_WIDTH]
-    return cut.decode("utf-8", errors="replace")
+    try:
+        written = value.encode("utf-8", errors="surrogateescape")
+    except UnicodeEncodeError:  # a surrogate JSON escaped ("\\ud800"): not a byte of it
+        written = value.encode("utf-8", errors="replace")
+    return written[:TEXT_WIDTH].rstrip(b" ").decode("utf-8", errors="replace")
 
 
 @reads_slurm_output

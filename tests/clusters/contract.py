@@ -25,11 +25,12 @@ import pytest
 from clusters.locks import association_changes
 from clusters.models import Cluster
 from clusters.slurm import NotFound, SlurmRejected, client_for
-from clusters.slurm.parsing import expand_hostlist
+from clusters.slurm.cli import CliClient, slurm_environment
+from clusters.slurm.parsing import TEXT_WIDTH, expand_hostlist, sacct_record, squeue_record
 from clusters.slurm.rest import RestClient
 from clusters.slurm.rest_parsing import reshaped
 from clusters.slurm.states import SlurmJobState
-from clusters.slurm.types import PORTAL_ORGANIZATION, SubmitRequest
+from clusters.slurm.types import PORTAL_ORGANIZATION, Listing, Refused, SubmitRequest
 from portal.devstack import CLUSTER_NEXT, NEXT_CLUSTER, STACK, is_running, script_env
 from tests.conftest import DEV_CLUSTER
 from tests.slurm_accounts import DEV, SlurmOperator
@@ -727,3 +728,241 @@ def test_accounts_made_by_hand_are_listed_and_the_portals_go_under_the_parent_gi
     finally:
         for account in (ours, by_hand, parent):
             site.slurm.run("sacctmgr", "-i", "delete", "account", account)
+
+
+# --- what users write: every byte, the longest text, whole forged records ---------------
+#
+# A job's owner writes its name and comment (sbatch --job-name/--comment, scontrol update
+# name=/comment=): every byte but NUL, up to LONGEST_TEXT bytes each, which squeue and
+# sacct print raw. The listings carry the first TEXT_WIDTH bytes of each (parsing.py),
+# whatever they hold; accounting has what slurmdbd kept of them (``kept_by_slurmdbd``).
+
+LONGEST_TEXT = 1024  # bytes: slurmctld refuses 1025 ("... parameter too long"), 22.05 and 24.11
+EVERY_BYTE = bytes(range(1, 256))
+FORGED_ID = 987_650_001  # issue 33's: an id no job of the stack's clusters has
+# issue 33's name that made every queue sync of the cluster fail while its job was queued
+HALTING_NAME = b"x\ny\x1ez\x1fw"
+
+
+def listed(text: bytes) -> str:
+    """A user's text as every listing carries it, whatever the adapter: its first
+    TEXT_WIDTH bytes without the spaces that end them (squeue and sacct pad a shorter text
+    with spaces: which ones were the user's cannot be told), bytes that are not UTF-8
+    replaced."""
+    return text[:TEXT_WIDTH].rstrip(b" ").decode("utf-8", errors="replace")
+
+
+def kept_by_slurmdbd(text: bytes, *, name: bool) -> bytes:
+    """What accounting keeps of a text its owner wrote, 22.05 and 24.11 alike (both found
+    so through sacct): each byte of what is not UTF-8 becomes "?" (MariaDB's utf8mb4
+    columns; MariaDB does keep the UTF-8 form of a surrogate, which Python refuses: no text
+    here holds one), and a job name's double quotes become backticks (slurmdbd's doing; a
+    comment keeps them). The queue shows the text as written."""
+    kept = "".join(
+        "?" if "\udc80" <= char <= "\udcff" else char
+        for char in text.decode("utf-8", errors="surrogateescape")
+    )
+    return (kept.replace('"', "`") if name else kept).encode()
+
+
+def forged_records(
+    *, job_id: int, user: str, account: str, partition: str, state: str = "RUNNING"
+) -> dict[str, bytes]:
+    """A record of each listing shape the portal reads or has read, claiming Slurm job
+    ``job_id`` for ``user`` under ``account``: in ``state`` on 8 GPUs in the queue, completed
+    after 100 hours on them in accounting (issue 33's 808 GPU-hours). Today's shapes
+    (parsing.py's own writers) and those before issue 33 (fields joined by the unit
+    separator; the queue's records ended by the record separator, accounting's by a line's
+    end), each with a submit token of its own."""
+    now = dt.datetime.now(dt.UTC)
+    began, ended = (f"{at:%Y-%m-%dT%H:%M:%S}" for at in (now - dt.timedelta(hours=100), now))
+    queue = [
+        str(job_id), str(job_id), "N/A", user, account, partition, state, "None", began,
+        began, "7-00:00:00", "4294967294", "gres:gpu:8", "1", "vm",
+    ]  # fmt: skip
+    accounting = [
+        str(job_id), str(job_id), user, account, partition, "COMPLETED", "0:0",
+        "billing=8,cpu=8,gres/gpu=8,mem=64G,node=1", "360000", began, began, ended, "10080",
+        "4-04:00:00", "", "",
+    ]  # fmt: skip
+    token = f"portal:{uuid.uuid4()}"
+    return {
+        "squeue": squeue_record(queue, comment=token.encode(), name=b"forged"),
+        "sacct": sacct_record(accounting, comment=token.encode(), name=b"forged"),
+        "squeue before issue 33": "\x1f".join([*queue, token, "forged"]).encode() + b"\x1e",
+        "sacct before issue 33": "\x1f".join(
+            [*accounting[:12], token, *accounting[12:], "forged"]
+        ).encode()
+        + b"\n",
+    }
+
+
+def crafted_texts(
+    victim: int, *, user: str, account: str, partition: str
+) -> list[tuple[bytes, bytes]]:
+    """The name and comment of each job a researcher crafts: between them every byte Slurm
+    takes, each within the first TEXT_WIDTH bytes that the listings carry; text that is
+    not UTF-8; issue 33's two names; whole records of every listing shape, as a name after
+    a line's end and as a comment, claiming ``user``'s job ``victim`` or an id no job has;
+    and the longest texts Slurm takes, made of them all."""
+    on_victim = forged_records(job_id=victim, user=user, account=account, partition=partition)
+    on_nobody = forged_records(job_id=FORGED_ID, user=user, account=account, partition=partition)
+    records = [*on_victim.values(), *on_nobody.values()]
+    pieces = [EVERY_BYTE[at : at + TEXT_WIDTH] for at in range(0, len(EVERY_BYTE), TEXT_WIDTH)]
+    return [
+        *zip(pieces[::2], pieces[1::2], strict=True),
+        # A character of each length, a lone continuation byte, an overlong form, a code
+        # point past U+10FFFF, a character cut short; a character cut by the width.
+        (
+            b"\xc3\xa9\xe6\x97\xa5\xf0\x9f\x99\x82 \x80\xbf \xc0\xaf \xf5\x80\x80\x80 \xf0\x9f\x99",
+            b"a" * (TEXT_WIDTH - 1) + "é".encode(),
+        ),
+        (
+            b"inj\n" + on_nobody["sacct before issue 33"] + on_victim["squeue before issue 33"],
+            HALTING_NAME,
+        ),
+        *(((b"\n" + record)[:LONGEST_TEXT], record[:LONGEST_TEXT]) for record in records),
+        ((b"".join(records) * 2)[:LONGEST_TEXT], (b"".join(reversed(records)) * 2)[:LONGEST_TEXT]),
+    ]
+
+
+def sbatch_crafted(
+    cluster: Cluster,
+    user: str,
+    account: str,
+    partition: str,
+    *,
+    name: bytes,
+    comment: bytes = b"victim",
+    seconds: int | None = None,
+) -> subprocess.CompletedProcess[bytes]:
+    """A one-GPU job as its owner submits it from a login node: plain sbatch through the
+    cluster's run-as prefix, its name and comment given as bytes; held, or running for
+    ``seconds``."""
+    tools = copy.copy(cluster)
+    tools.backend = Cluster.Backend.CLI
+    sbatch = client_for(tools)
+    assert isinstance(sbatch, CliClient)
+    run = ["--hold", "--wrap=true"] if seconds is None else [f"--wrap=sleep {seconds}"]
+    return subprocess.run(
+        [*sbatch.command(["sbatch"], as_user=user), "--parsable", f"--account={account}",
+         f"--partition={partition}", "--gpus-per-node=1", "--time=1", "--chdir=/tmp",
+         "--output=/dev/null", b"--job-name=" + name, b"--comment=" + comment, *run],
+        capture_output=True, env=slurm_environment(), check=False,
+    )  # fmt: skip
+
+
+def submitted(result: subprocess.CompletedProcess[bytes]) -> int:
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout.split(b";")[0])
+
+
+@pytest.fixture
+def crafters_account(site):
+    """An account of the test's own where alice and bob may run jobs: its queue is the
+    test's jobs and nothing else. Its jobs are cancelled and it is removed afterwards."""
+    account = f"x{uuid.uuid4().hex[:10]}"
+    where = f"cluster={site.cluster.name}"
+    site.slurm.sacctmgr_change("add", "account", account, where, check=True)
+    for user in (USER, FORGER):
+        site.slurm.sacctmgr_change("add", "user", user, f"account={account}", where, check=True)
+    yield account
+    site.slurm.account_remove(account)
+
+
+def queued_in_slurm(site: Site, account: str) -> dict[int, str]:
+    """Each job of ``account`` Slurm holds, and its state, as the operator reads them with
+    squeue's job ids and states (nothing a user writes)."""
+    shown = site.slurm.run(
+        "squeue", "--noheader", "--all", "--states=all", f"--account={account}", "--format=%A %T",
+        check=True,
+    )  # fmt: skip
+    return {int(job_id): state for job_id, state in map(str.split, shown.stdout.splitlines())}
+
+
+def refused_of(listing: Listing, ids: set[int], account: str) -> list[Refused]:
+    """The records of ``listing`` refused that are (or claim to be) the test's."""
+    return [r for r in listing.refused if r.job_id in ids | {FORGED_ID} or account in r.text]
+
+
+def ended_in_accounting(client, since: dt.datetime, ids: set[int]) -> Listing | None:
+    """Accounting since ``since`` once it has the end of each job of ``ids``. Slurm 22.05
+    names a job that ended before its first record reached slurmdbd "allocation", with its
+    start at its end, for some seconds, until that record comes: its name is waited for."""
+    listing = client.accounting_since(since)
+    ended = {e.job_id for e in listing if e.ended_at and e.name != "allocation"}
+    return listing if ids <= ended else None
+
+
+def misread(entries: dict, texts: dict[int, tuple[str, str]]) -> list[str]:
+    """Each job whose name and comment, among a listing's ``entries`` by job id, are not
+    ``texts``, said."""
+    return [
+        f"job {job_id}: {(entries[job_id].name, entries[job_id].comment)!r}, not {expected!r}"
+        for job_id, expected in texts.items()
+        if (entries[job_id].name, entries[job_id].comment) != expected
+    ]
+
+
+def test_names_and_comments_of_any_bytes_forge_nothing_and_read_as_written(
+    client, site, crafters_account
+):
+    """Issue 33, through Slurm: a researcher's names and comments hold every byte Slurm
+    takes, text that is not UTF-8, the longest texts Slurm takes, and whole records of
+    every listing shape claiming another user's held job (running on 8 GPUs; completed
+    after 100 hours on them) or a job that does not exist. The queue, then accounting,
+    list exactly the jobs Slurm has, the victim's as it is, and refuse none of them; each
+    text reads as written (in accounting as slurmdbd kept it)."""
+    account = crafters_account
+    since = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
+    partition = site.short_partition
+    victim = submitted(sbatch_crafted(site.cluster, FORGER, account, partition, name=b"victim"))
+    crafted: dict[int, tuple[bytes, bytes]] = {}
+    for name, comment in crafted_texts(victim, user=FORGER, account=account, partition=partition):
+        job = sbatch_crafted(site.cluster, USER, account, partition, name=name, comment=comment)
+        crafted[submitted(job)] = (name, comment)
+    longer = sbatch_crafted(site.cluster, USER, account, partition, name=b"n" * (LONGEST_TEXT + 1))
+    assert longer.returncode != 0 and b"too long" in longer.stderr
+    ids = {victim, *crafted}
+
+    queue = client.queue()
+    mine = [e for e in queue if e.account == account]
+    assert {e.job_id: e.state for e in mine} == queued_in_slurm(site, account)
+    assert len(mine) == len(ids) and {e.job_id for e in mine} == ids
+    assert not [e for e in queue if e.job_id == FORGED_ID]
+    assert refused_of(queue, ids, account) == []
+    queued = {e.job_id: e for e in mine}
+    seen = queued[victim]
+    assert (seen.state, seen.reason, seen.gpus, seen.user) == (
+        SlurmJobState.PENDING, "JobHeldUser", 1, FORGER,
+    )  # fmt: skip
+
+    site.slurm.run("scancel", f"--account={account}", check=True)
+    accounting = wait_for(
+        "the jobs' ends in accounting", lambda: ended_in_accounting(client, since, ids), 60
+    )
+    runs = [e for e in accounting if e.account == account]
+    assert sorted(e.job_id for e in runs) == sorted(ids)  # each once
+    assert not [e for e in accounting if e.job_id == FORGED_ID]
+    assert refused_of(accounting, ids, account) == []
+    ended = {e.job_id: e for e in runs}
+    seen = ended[victim]
+    assert (seen.state, seen.allocated_gpus, seen.elapsed_s, seen.user) == (
+        SlurmJobState.CANCELLED, 0, 0, FORGER,
+    )  # fmt: skip
+
+    written = {
+        job_id: (listed(name), listed(comment)) for job_id, (name, comment) in crafted.items()
+    }
+    kept = {
+        job_id: (
+            listed(kept_by_slurmdbd(name, name=True)),
+            listed(kept_by_slurmdbd(comment, name=False)),
+        )
+        for job_id, (name, comment) in crafted.items()
+    }
+    problems = [
+        *(f"queue, {problem}" for problem in misread(queued, written)),
+        *(f"accounting, {problem}" for problem in misread(ended, kept)),
+    ]
+    assert not problems, "\n".join(problems)

@@ -284,9 +284,10 @@ def test_a_forged_accounting_record_in_a_name_and_a_comment_is_a_name_and_a_comm
     assert (forger.user, forger.state, forger.allocated_gpus, forger.elapsed_s) == (
         "bob", SlurmJobState.COMPLETED, 0, 30,
     )  # fmt: skip
-    # sacct cuts a text at its width and ends it with "+".
+    # sacct cuts a text at its column's width and ends it with "+", one byte past the
+    # 64 read: the name reads as its first 64 bytes.
     assert forger.name.startswith(f"\n{jobs.running}\x1f{jobs.running}\x1fN/A\x1folga\x1f")
-    assert forger.name.endswith("+") and len(forger.name.encode()) == TEXT_WIDTH
+    assert not forger.name.endswith("+") and len(forger.name.encode()) == TEXT_WIDTH
     assert forger.comment.startswith(CONTROLS + "???(??\n")
     assert [e.user for e in listing if e.job_id == jobs.running] == ["alice"]
     assert "olga" not in {entry.user for entry in listing}
@@ -362,7 +363,8 @@ def test_a_user_s_text_that_fills_its_column_is_read_as_cut():
         comment=b"c" * 100, name=b"n" * 64,
     )  # fmt: skip
     [entry] = parse_sacct(record)
-    assert entry.comment == "c" * 63 + "+" and entry.name == "n" * 64
+    # sacct marks a cut text with "+" in the column's last byte, past the 64 read.
+    assert entry.comment == "c" * 64 and entry.name == "n" * 64
     assert entry.partition == ("gpu," * 40)[:127] + "+"  # a pending job's partitions
 
 

@@ -211,8 +211,9 @@ SQUEUE = Layout(
 )  # fmt: skip
 SACCT = Layout(
     "sacct", _sacct, parsing.parse_sacct, parsing.parse_sacct_stream,
-    # sacct ends a text it cuts with "+".
-    column=lambda text: text if len(text) <= TEXT_WIDTH else text[: TEXT_WIDTH - 1] + b"+",
+    # sacct ends a text it cuts with "+", in its column's last byte: the column is one
+    # byte wider than what is read of it, so a text reads as its first 64 bytes.
+    column=lambda text: text[:TEXT_WIDTH],
     no_comment=lambda shown: shown.strip().lower() in parsing._NOT_A_VALUE,
 )  # fmt: skip
 LAYOUTS = pytest.mark.parametrize("layout", [SQUEUE, SACCT], ids=lambda layout: layout.tool)

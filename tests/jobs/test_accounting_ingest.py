@@ -10,11 +10,11 @@ from django.utils import timezone
 from accounts.ledger import allocation_grant, ledger_hold
 from accounts.models import LedgerEntry
 from accounts.selectors import project_balance
-from accounts.services import membership_set, project_create
-from clusters.models import Cluster, Partition
+from accounts.services import membership_remove, membership_set, project_create
+from clusters.models import Cluster, Partition, RefusedRecord
 from clusters.slurm.states import SlurmJobState
 from clusters.slurm.types import AccountingEntry
-from jobs.accounting import accounting_ingest
+from jobs.accounting import REQUEUE_WINDOW, accounting_ingest
 from jobs.models import AccountingRecord, Job
 from jobs.states import JobState
 
@@ -188,3 +188,180 @@ def test_a_comment_that_only_looks_like_a_portal_token_is_ignored(cluster, proje
     result = accounting_ingest(cluster=cluster, entries=[entry(504, comment="portal:not-a-uuid")])
     assert result.charged == 1  # charged as outside work of its account
     assert AccountingRecord.objects.get(slurm_job_id=504).job is None
+
+
+# --- every run, at what it ran on (issue 33) -------------------------------------------
+
+
+def charges(cluster, slurm_job_id: int) -> list[int]:
+    return sorted(
+        -gpu_seconds
+        for gpu_seconds in LedgerEntry.objects.filter(
+            kind="charge", reference__startswith=f"{cluster.name}:{slurm_job_id}@"
+        ).values_list("gpu_seconds", flat=True)
+    )
+
+
+def requeued_run(slurm_job_id: int, **fields) -> AccountingEntry:
+    """The first run of a job Slurm requeued after 300 s: ended, submitted again after."""
+    return entry(
+        slurm_job_id, state=SlurmJobState.REQUEUED, elapsed_s=300, exit_code=0,
+        submitted_at=NOW - dt.timedelta(minutes=20), started_at=NOW - dt.timedelta(minutes=19),
+        ended_at=NOW - dt.timedelta(minutes=14), **fields,
+    )  # fmt: skip
+
+
+def second_run(slurm_job_id: int, **fields) -> AccountingEntry:
+    return entry(
+        slurm_job_id, submitted_at=NOW - dt.timedelta(minutes=14),
+        started_at=NOW - dt.timedelta(minutes=10), **fields,
+    )  # fmt: skip
+
+
+def test_each_run_of_a_requeued_portal_job_is_charged_once_and_the_hold_goes_with_the_last(
+    cluster, project, alice
+):
+    job = portal_job(project, cluster, alice, slurm_job_id=900)
+    held = project_balance(project).held_gpu_seconds
+    first = accounting_ingest(cluster=cluster, entries=[requeued_run(900)])
+    assert first.charged == 1
+    assert charges(cluster, 900) == [2 * 300 * 3 // 2]
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and job.used_gpu_seconds is None
+    # Requeued, the job may run whole again: its hold stays beside the first run's charge.
+    assert project_balance(project).held_gpu_seconds == held
+    both = [requeued_run(900), second_run(900)]
+    assert accounting_ingest(cluster=cluster, entries=both).charged == 1
+    assert charges(cluster, 900) == [900, 1800]
+    job.refresh_from_db()
+    assert (job.state, job.used_gpu_seconds) == (JobState.COMPLETED, 2700)
+    assert project_balance(project).held_gpu_seconds == 0
+    assert "requeued 1 time, every run charged" in job.events.last().detail
+    assert AccountingRecord.objects.filter(job=job).count() == 2
+    # The same runs again: nothing more.
+    assert accounting_ingest(cluster=cluster, entries=both).charged == 0
+    assert charges(cluster, 900) == [900, 1800]
+
+
+def test_a_job_requeued_after_it_ended_is_followed_again_and_charged_again(cluster, project, alice):
+    job = portal_job(project, cluster, alice, slurm_job_id=901)
+    done = entry(901, ended_at=NOW - dt.timedelta(minutes=14))
+    accounting_ingest(cluster=cluster, entries=[done])
+    job.refresh_from_db()
+    assert job.state == JobState.COMPLETED
+    again = entry(
+        901, state=SlurmJobState.PENDING, submitted_at=NOW - dt.timedelta(minutes=13),
+        started_at=None, ended_at=None, elapsed_s=0, exit_code=None, allocated_gpus=0,
+    )  # fmt: skip
+    accounting_ingest(cluster=cluster, entries=[done, again])
+    job.refresh_from_db()
+    assert (job.state, job.ended_at) == (JobState.PENDING, None)
+    assert "requeued after it ended" in job.events.last().detail
+    ended = again._replace(
+        state=SlurmJobState.COMPLETED, started_at=NOW - dt.timedelta(minutes=5), ended_at=NOW,
+        elapsed_s=300, exit_code=0, allocated_gpus=2,
+    )  # fmt: skip
+    accounting_ingest(cluster=cluster, entries=[done, ended])
+    job.refresh_from_db()
+    assert job.state == JobState.COMPLETED
+    assert charges(cluster, 901) == [900, 1800] and job.used_gpu_seconds == 2700
+
+
+def test_a_run_of_a_recorded_id_that_is_not_the_jobs_own_is_work_outside_the_portal(
+    cluster, project, alice, bob
+):
+    membership_set(project=project, user=bob, role="member")
+    job = portal_job(project, cluster, alice, slurm_job_id=902)
+    long_after = NOW + REQUEUE_WINDOW + dt.timedelta(hours=2)
+    Job.objects.filter(pk=job.pk).update(state=JobState.COMPLETED, ended_at=NOW)
+    runs = [
+        # Another user's job under the same id (Slurm's ids wrapped, or were reset).
+        entry(902, user="bob", submitted_at=NOW - dt.timedelta(minutes=1)),
+        # Before the portal job was saved.
+        entry(902, submitted_at=NOW - dt.timedelta(hours=2), ended_at=NOW - dt.timedelta(hours=1)),
+    ]
+    accounting_ingest(cluster=cluster, entries=runs[:1])
+    accounting_ingest(cluster=cluster, entries=runs[1:])
+    # Long after the job ended: an id reused, not a requeue.
+    later = entry(
+        902, submitted_at=long_after, started_at=long_after,
+        ended_at=long_after + dt.timedelta(minutes=10),
+    )  # fmt: skip
+    accounting_ingest(cluster=cluster, entries=[later])
+    assert not AccountingRecord.objects.filter(job=job).exists()
+    assert AccountingRecord.objects.filter(slurm_job_id=902).count() == 3
+    assert len(charges(cluster, 902)) == 3  # each charged to the account it ran under
+
+
+def test_a_job_moved_to_a_dearer_partition_pays_it_and_to_a_cheaper_one_its_quote(
+    cluster, project, alice
+):
+    Partition.objects.create(
+        cluster=cluster, name="big", gpus_per_node=8, nodes=1, billing_weight=Decimal("4")
+    )
+    Partition.objects.create(
+        cluster=cluster, name="cheap", gpus_per_node=8, nodes=1, billing_weight=Decimal("0.5")
+    )
+    dearer = portal_job(project, cluster, alice, slurm_job_id=903)
+    cheaper = portal_job(project, cluster, alice, slurm_job_id=904)
+    accounting_ingest(
+        cluster=cluster,
+        entries=[
+            entry(903, partition="big", allocated_gpus=4, time_limit_minutes=30),
+            entry(904, partition="cheap"),
+        ],
+    )
+    assert charges(cluster, 903) == [4 * 600 * 4]  # what it ran on: 4 GPUs at 4
+    assert charges(cluster, 904) == [2 * 600 * 3 // 2]  # its quote, 1.5, not 0.5
+    note = AccountingRecord.objects.get(slurm_job_id=903).charge_note
+    assert "partition gpu -> big" in note and "GPUs 2 -> 4" in note
+    assert "time limit 10 -> 30 min" in note
+    assert any("partition gpu -> big" in e.detail for e in dearer.events.all())
+    assert "partition gpu -> cheap" in AccountingRecord.objects.get(slurm_job_id=904).charge_note
+    cheaper.refresh_from_db()
+    assert cheaper.used_gpu_seconds == 1800
+
+
+def test_work_of_a_user_the_project_does_not_have_is_not_charged_and_is_reported(
+    cluster, project, charlie
+):
+    result = accounting_ingest(cluster=cluster, entries=[entry(905, user="charlie")])
+    assert result.charged == 0
+    record = AccountingRecord.objects.get(slurm_job_id=905)
+    assert record.charged_gpu_seconds == 0 and "not a member of vision" in record.charge_note
+    assert charges(cluster, 905) == []
+    refused = RefusedRecord.objects.get(slurm_job_id=905)
+    assert refused.listing == RefusedRecord.Listing.ACCOUNTING
+
+
+def test_a_member_who_left_after_the_run_was_submitted_is_still_charged(
+    cluster, project, alice, bob
+):
+    membership_set(project=project, user=bob, role="member")
+    membership_remove(project=project, user=bob)
+    assert accounting_ingest(cluster=cluster, entries=[entry(906, user="bob")]).charged == 1
+
+
+def test_a_run_listed_twice_or_an_id_listed_for_two_users_charges_nothing(cluster, project):
+    twice = [entry(907), entry(907, elapsed_s=6000)]
+    two_users = [entry(908), entry(908, user="bob", submitted_at=NOW - dt.timedelta(minutes=5))]
+    result = accounting_ingest(cluster=cluster, entries=[*twice, *two_users, entry(909)])
+    assert result.charged == 1  # 909 only: the rest of the listing goes on
+    assert not AccountingRecord.objects.filter(slurm_job_id__in=[907, 908]).exists()
+    refused = RefusedRecord.objects.filter(slurm_job_id__in=[907, 908])
+    # 907's two copies read alike (what stays the same of a run): kept once.
+    assert sorted(refused.values_list("slurm_job_id", flat=True)) == [907, 908, 908]
+    assert {r.problem for r in refused if r.slurm_job_id == 907} == {
+        "listed 2 times; none of them is taken"
+    }
+
+
+def test_texts_longer_than_their_columns_do_not_stop_the_ingest(cluster, project):
+    long = entry(
+        910, partition="gpu," * 100, array_task="[" + ",".join(map(str, range(200))) + "]",
+        array_job_id=910, state=SlurmJobState.CANCELLED, elapsed_s=0, allocated_gpus=0,
+        started_at=None, name="n" * 300, comment="c" * 300,
+    )  # fmt: skip
+    assert accounting_ingest(cluster=cluster, entries=[long, entry(911)]).charged == 1
+    record = AccountingRecord.objects.get(slurm_job_id=910)
+    assert len(record.partition) == 200 and len(record.array_task) == 200
