@@ -6,8 +6,9 @@ change a pending job with ``scontrol update``: each run is its own accounting re
 its own charge, at the dearer of the price the job was quoted and the partition Slurm
 ran it on; the ledger ends equal to what ``sacct --duplicates`` says Slurm ran.
 
-A requeued job waits before it may start again (AuthInfo's cred_expire: 120 s by default,
-10 s on the dev clusters).
+A requeued job waits before it may start again, until its revoked credential expires
+(AuthInfo's cred_expire: 120 s by default, 10 s on the dev clusters); forcing it to start
+sooner (``StartTime=now``) makes its launch fail now and then.
 """
 
 import subprocess
@@ -52,18 +53,6 @@ def requeue_as_owner(cluster, slurm_job_id: int, *, allow: bool = True) -> None:
     for argv in [*steps, ("requeue", str(slurm_job_id))]:
         done = as_owner(cluster, "scontrol", *argv)
         assert done.returncode == 0, done.stderr
-
-
-def start_again(cluster, slurm_job_id: int) -> None:
-    """Wait until the requeued job is pending again: it starts once its revoked
-    credential has expired (AuthInfo cred_expire, 10 s on the dev clusters). Forcing it
-    to start sooner (StartTime=now) makes its launch fail now and then: slurmd still
-    refuses the job's revoked credential."""
-    wait_for(
-        lambda: slurm_state(cluster, slurm_job_id) == "PENDING",
-        timeout_s=30,
-        what=f"job {slurm_job_id} to be requeued",
-    )
 
 
 def slurm_state(cluster, slurm_job_id: int) -> str:
@@ -164,7 +153,6 @@ def test_a_job_its_owner_requeues_is_charged_for_both_runs(
     running(job)
     time.sleep(2)  # the first run uses GPU time that must not be free
     requeue_as_owner(dev_cluster, job.slurm_job_id)
-    start_again(dev_cluster, job.slurm_job_id)
     run_to_the_end(job, timeout_s=120)
     assert job.state == JobState.COMPLETED
     assert_every_run_charged_once(job, runs=2, weight=job.billing_weight)
@@ -185,7 +173,6 @@ def test_a_job_that_requeues_itself_from_its_own_script_is_charged_for_both_runs
     )
     job = submitted(job_create(user=alice, request=request_for(project, workdir, script=script)))
     running(job)
-    start_again(dev_cluster, job.slurm_job_id)
     run_to_the_end(job, timeout_s=120)
     assert job.state == JobState.COMPLETED
     assert_every_run_charged_once(job, runs=2, weight=job.billing_weight)
@@ -208,8 +195,6 @@ def test_a_job_requeued_after_it_completed_is_followed_and_charged_again(
     requeue_as_owner(dev_cluster, job.slurm_job_id, allow=False)
     run_to_the_end(job)  # the first run, charged as the job ended
     assert job.state == JobState.COMPLETED
-    first = job.used_gpu_seconds
-    start_again(dev_cluster, job.slurm_job_id)
 
     def charged_again():
         queue_sync(cluster=dev_cluster)
@@ -218,8 +203,9 @@ def test_a_job_requeued_after_it_completed_is_followed_and_charged_again(
         return job.state == JobState.COMPLETED and len(charges_of(job)) == 2
 
     wait_for(charged_again, timeout_s=120, interval_s=0.5, what="the second run to be charged")
-    assert job.used_gpu_seconds > first
-    assert "requeued after it ended" in " ".join(job.events.values_list("detail", flat=True))
+    # Finished before the second run reached accounting, it was followed again ("requeued
+    # after it ended"); if the second run came first, it ended once, "requeued 1 time".
+    assert "requeued" in " ".join(job.events.values_list("detail", flat=True))
     assert_every_run_charged_once(job, runs=2, weight=job.billing_weight)
 
 
@@ -269,7 +255,6 @@ def test_a_plain_sbatch_job_requeued_is_charged_to_its_project_for_both_runs(
     wait_for(lambda: slurm_state(dev_cluster, slurm_job_id) == "RUNNING", what="the job to run")
     time.sleep(2)
     requeue_as_owner(dev_cluster, slurm_job_id)
-    start_again(dev_cluster, slurm_job_id)
 
     def both_charged():
         accounting_sync(cluster=dev_cluster)
@@ -311,7 +296,6 @@ def test_requeued_runs_are_charged_through_slurmrestd_on_24_11(
     running(job)
     time.sleep(2)
     requeue_as_owner(cluster, job.slurm_job_id)
-    start_again(cluster, job.slurm_job_id)
     run_to_the_end(job, timeout_s=120)
     assert job.state == JobState.COMPLETED
     assert_every_run_charged_once(job, runs=2, weight=job.billing_weight)
