@@ -126,10 +126,12 @@ def parse_sinfo_partitions(text: str) -> list[PartitionInfo]:
 # charge, a job that never was). So no byte of a user's text ever decides where a record
 # or a field ends:
 #
-# - squeue prints the comment and the name first, each at a fixed width in bytes
-#   (``%64k%64j``: squeue cuts a longer text and pads a shorter one with spaces), then the
-#   fields no user can write, split by the unit separator, then its newline. A record is
-#   128 bytes, whatever they hold, then text without a newline up to the next newline.
+# - squeue prints the fields no user can write, split by the unit separator, then its
+#   newline: the queue sync's listing holds nothing else (SQUEUE_FORMAT). Where the texts
+#   are read (SQUEUE_TEXTS_FORMAT), the comment and the name come first, each at a fixed
+#   width in bytes (``%64k%64j``: squeue cuts a longer text and pads a shorter one with
+#   spaces): a record is 128 bytes, whatever they hold, then text without a newline up to
+#   the next newline.
 # - sacct prints every field at a fixed width (``Field%-N`` without --parsable: it cuts a
 #   longer text, ending it with "+", and pads; no number it prints is wider than 20
 #   digits), so every record is exactly SACCT_RECORD_BYTES long and ends with a newline.
@@ -153,8 +155,13 @@ SQUEUE_FIELDS = (
     "%A", "%F", "%K", "%u", "%a", "%P", "%T", "%r", "%V", "%S", "%l",
     "%Q", "%b", "%D", "%N",  # priority, GPUs per node (tres_per_node), node count, nodes
 )  # fmt: skip
-# The user's texts first, at their widths (left-justified: squeue cuts and pads them).
-SQUEUE_FORMAT = f"%{TEXT_WIDTH}k%{TEXT_WIDTH}j" + FIELD_SEPARATOR.join(SQUEUE_FIELDS)
+# The queue sync's listing: the fields no user writes, and nothing else (the sync reads no
+# name or comment, and the texts would make squeue's output half as long again).
+SQUEUE_FORMAT = FIELD_SEPARATOR.join(SQUEUE_FIELDS)
+# The listing with the users' texts (``SlurmClient.queue``: the token look-up and the
+# invariants check read comments): the comment and the name first, at their widths
+# (left-justified: squeue cuts and pads them), then the same fields.
+SQUEUE_TEXTS_FORMAT = f"%{TEXT_WIDTH}k%{TEXT_WIDTH}j" + SQUEUE_FORMAT
 _SQUEUE_TEXTS = 2 * TEXT_WIDTH
 
 # Each field and its width in bytes, left-justified (``%-N``). Wide enough for what Slurm
@@ -300,12 +307,15 @@ def _job_gpus(tres_per_node: str, node_count: str) -> int:
     return gpus_per_node(tres_per_node) * _count(node_count)
 
 
-def squeue_record(fields: list[str], *, comment: bytes = b"(null)", name: bytes = b"") -> bytes:
-    """A record as squeue prints it in SQUEUE_FORMAT (the benches and tests write queues
-    with it): the comment and the name cut or padded to TEXT_WIDTH bytes, then the
-    fields no user writes (SQUEUE_FIELDS, in order), then a newline."""
-    texts = b"".join(text[:TEXT_WIDTH].ljust(TEXT_WIDTH) for text in (comment, name))
-    return texts + FIELD_SEPARATOR.join(fields).encode() + b"\n"
+def squeue_record(
+    fields: list[str], *, comment: bytes = b"(null)", name: bytes = b"", texts: bool = True
+) -> bytes:
+    """A record as squeue prints it (the benches and tests write queues with it): in
+    SQUEUE_TEXTS_FORMAT the comment and the name cut or padded to TEXT_WIDTH bytes, then
+    the fields no user writes (SQUEUE_FIELDS, in order); in SQUEUE_FORMAT (``texts``
+    false) those fields alone; then a newline."""
+    written = b"".join(text[:TEXT_WIDTH].ljust(TEXT_WIDTH) for text in (comment, name))
+    return (written if texts else b"") + FIELD_SEPARATOR.join(fields).encode() + b"\n"
 
 
 def _user_text(raw: bytes) -> str:
@@ -314,16 +324,16 @@ def _user_text(raw: bytes) -> str:
     return raw.rstrip(b" ").decode("utf-8", errors="replace")
 
 
-def _squeue_records(chunks: Iterable[bytes]) -> Iterator[bytes]:
+def _squeue_records(chunks: Iterable[bytes], texts: int) -> Iterator[bytes]:
     """squeue's records one at a time as its output comes in chunks (a record may span
     several; never a list of them all, which would double the output's memory): the
-    fixed-width texts, then up to the newline. Output that ends inside a record was cut
-    short, and the whole listing is refused."""
+    ``texts`` bytes of the fixed-width texts, if any, then up to the newline. Output that
+    ends inside a record was cut short, and the whole listing is refused."""
     rest = b""
     for chunk in chunks:
         data = rest + chunk if rest else chunk
         start, find = 0, data.find
-        while (end := find(b"\n", start + _SQUEUE_TEXTS)) >= 0:
+        while (end := find(b"\n", start + texts)) >= 0:
             yield data[start:end]
             start = end + 1
         rest = data[start:]
@@ -332,24 +342,30 @@ def _squeue_records(chunks: Iterable[bytes]) -> Iterator[bytes]:
 
 
 @reads_slurm_output
-def parse_squeue(output: bytes) -> Listing[QueueEntry]:
+def parse_squeue(output: bytes, *, texts: bool = True) -> Listing[QueueEntry]:
+    """squeue's output in SQUEUE_TEXTS_FORMAT (in SQUEUE_FORMAT when ``texts`` is false)."""
     refused: list[Refused] = []
-    return Listing(parse_squeue_stream((output,), refused), refused)
+    return Listing(parse_squeue_stream((output,), refused, texts=texts), refused)
 
 
 @reads_slurm_stream
-def parse_squeue_stream(chunks: Iterable[bytes], refused: list[Refused]) -> Iterator[QueueEntry]:
+def parse_squeue_stream(
+    chunks: Iterable[bytes], refused: list[Refused], *, texts: bool = True
+) -> Iterator[QueueEntry]:
     """squeue's entries as its output comes in (``chunks`` of its bytes, split anywhere),
     each yielded as soon as its record is complete: the queue sync parses while squeue
-    still prints. A record that does not read goes to ``refused`` and the rest go on;
-    what ``chunks`` raises (a tool that failed) comes through."""
+    still prints. Printed in SQUEUE_TEXTS_FORMAT, or in SQUEUE_FORMAT when ``texts`` is
+    false (the entries' names and comments are then ""). A record that does not read goes
+    to ``refused`` and the rest go on; what ``chunks`` raises (a tool that failed) comes
+    through."""
     # The hot path of every queue sync: names bound locally, values cached. The names a
     # queue repeats (users, accounts, partitions, reasons) are kept once, not once per job:
     # at 100,000 jobs that is a fifth of a sync's memory.
     state_of, time_of, once, text_of = normalise_state, parse_slurm_time, intern, _user_text
-    width, texts, fields_count = TEXT_WIDTH, _SQUEUE_TEXTS, len(SQUEUE_FIELDS)
-    for record in _squeue_records(chunks):
-        fields = record[texts:].decode("utf-8", errors="replace").split(FIELD_SEPARATOR)
+    width, fields_count = TEXT_WIDTH, len(SQUEUE_FIELDS)
+    start = _SQUEUE_TEXTS if texts else 0
+    for record in _squeue_records(chunks, start):
+        fields = record[start:].decode("utf-8", errors="replace").split(FIELD_SEPARATOR)
         try:
             if len(fields) != fields_count:
                 raise SlurmOutputInvalid(f"{len(fields)} fields, not {fields_count}")
@@ -358,13 +374,13 @@ def parse_squeue_stream(chunks: Iterable[bytes], refused: list[Refused]) -> Iter
              nodes) = fields  # fmt: skip
             is_array_task = array_task != "N/A"
             pending = state == "PENDING"
-            comment = text_of(record[:width])
+            comment = text_of(record[:width]) if texts else ""
             # Positional, in QueueEntry's field order: keywords cost a third more here.
             entry = QueueEntry(
                 slurm_id(job_id),
                 slurm_id(array_job) if is_array_task else None,
                 array_task if is_array_task else None,
-                text_of(record[width:texts]),
+                text_of(record[width:start]) if texts else "",
                 once(user),
                 once(account),
                 once(partition),

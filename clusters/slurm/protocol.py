@@ -61,7 +61,9 @@ class SlurmClient(Protocol):
         at any point, so only a listing read to its end without an error is whole;
         leaving the block early stops the read. The records it could not read are in its
         ``refused`` once it has been read; a job id listed twice is the caller's to find
-        (``clusters.slurm.types.queue_checked``)."""
+        (``clusters.slurm.types.queue_checked``). Its entries' ``name`` and ``comment``
+        may be "" (the cli backend leaves the users' texts out: the queue sync reads
+        neither)."""
 
     def accounting_since(self, since: dt.datetime) -> Listing[AccountingEntry]:
         """Accounting's record of every run of every job that was submitted, eligible,

@@ -18,9 +18,13 @@ from clusters.slurm.errors import SlurmRejected, SlurmUnavailable
 from clusters.slurm.parsing import squeue_record
 
 
-def record(job_id: int, name: str = "train", state: str = "PENDING") -> bytes:
+def record(job_id: int, state: str = "PENDING", *, name: str | None = None) -> bytes:
+    """A record of the sync's listing (the fields no user writes), or with a ``name`` one
+    of ``queue()``'s (the comment and the name first)."""
     fields = [str(job_id), "N/A", "N/A", "alice", "vision", "gpu", state, "Priority",
               "2026-12-02T12:46:10", "N/A", "1:00:00", "7", "gres/gpu:2", "1", ""]  # fmt: skip
+    if name is None:
+        return squeue_record(fields, texts=False)
     return squeue_record(fields, name=name.encode())
 
 
@@ -66,13 +70,22 @@ def alive(pid_file: Path) -> bool:
 
 
 def test_a_record_split_between_two_reads_is_read_whole(tmp_path):
-    first, second = record(1, name="täglich"), record(2)
-    cut = first.index("ä".encode()) + 1  # inside the name's two-byte character, too
-    bin_dir = stand_in_squeue(tmp_path, first[:cut], first[cut:] + second[:9], second[9:])
+    first, second = record(1), record(2)
+    bin_dir = stand_in_squeue(tmp_path, first[:5], first[5:] + second[:9], second[9:])
     entries, error = read(cli(bin_dir))
     assert error is None
-    assert [(entry.job_id, entry.name) for entry in entries] == [(1, "täglich"), (2, "train")]
-    assert cli(bin_dir).queue() == entries
+    assert [(entry.job_id, entry.state) for entry in entries] == [(1, "PENDING"), (2, "PENDING")]
+    # The sync's listing carries no user's text.
+    assert {(entry.name, entry.comment) for entry in entries} == {("", "")}
+
+
+def test_a_text_split_between_two_reads_is_read_whole(tmp_path):
+    first, second = record(1, name="täglich"), record(2, name="train")
+    cut = first.index("ä".encode()) + 1  # inside the name's two-byte character
+    bin_dir = stand_in_squeue(tmp_path, first[:cut], first[cut:] + second[:9], second[9:])
+    listing = cli(bin_dir).queue()
+    assert [(entry.job_id, entry.name) for entry in listing] == [(1, "täglich"), (2, "train")]
+    assert listing.refused == []
 
 
 def test_a_squeue_that_fails_part_way_raises_after_what_it_printed(tmp_path):

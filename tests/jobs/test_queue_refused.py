@@ -43,10 +43,10 @@ def in_state(job: Job, state: JobState, **fields) -> Job:
 
 
 def squeue_line(job_id: int, *, state: str, array_job: str = "N/A", task: str = "N/A") -> bytes:
-    """One record as squeue prints it in the cli adapter's format."""
+    """One record as squeue prints it in the queue sync's format."""
     fields = [str(job_id), array_job, task, "alice", "vision", "gpu", state, "Priority",
               "2026-12-02T12:46:10", "N/A", "10:00", "7", "gres/gpu:2", "1", ""]  # fmt: skip
-    return squeue_record(fields, name=b"train")
+    return squeue_record(fields, texts=False)
 
 
 def entry(job_id: int, state: SlurmJobState, **fields) -> QueueEntry:
