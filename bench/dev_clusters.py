@@ -55,6 +55,8 @@ class DevCluster:
             input=stdin,
             capture_output=True,
             text=True,
+            # A user's job name or comment may hold any byte but NUL: never decoded strictly.
+            errors="replace",
             check=False,
             env=slurm_environment(),
         )
@@ -66,6 +68,17 @@ class DevCluster:
         result = self.run(argv, stdin, as_user=as_user)
         if result.returncode != 0:
             raise SystemExit(f"{self.name}: {' '.join(argv[:2])} failed: {result.stderr.strip()}")
+        return result.stdout
+
+    def raw_output(self, argv: list[str]) -> bytes:
+        """The tool's output as it printed it (the portal's listings read bytes); a failure
+        stops the benchmark with the tool's message."""
+        result = subprocess.run(
+            self.argv(argv), capture_output=True, check=False, env=slurm_environment()
+        )
+        if result.returncode != 0:
+            message = result.stderr.decode(errors="replace").strip()
+            raise SystemExit(f"{self.name}: {' '.join(argv[:2])} failed: {message}")
         return result.stdout
 
     def version(self) -> str:
