@@ -281,10 +281,10 @@ class AccountingRecord(models.Model):
     class Meta:
         ordering = ["-slurm_job_id"]
         constraints = [
+            # Every run has its submit time (accounting refuses one without:
+            # clusters.slurm.types.accounting_checked).
             models.UniqueConstraint(
-                fields=["cluster", "slurm_job_id", "submitted_at"],
-                nulls_distinct=False,
-                name="accounting_run_unique",
+                fields=["cluster", "slurm_job_id", "submitted_at"], name="accounting_run_unique"
             ),
         ]
         indexes = [

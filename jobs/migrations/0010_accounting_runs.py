@@ -57,9 +57,7 @@ class Migration(migrations.Migration):
         migrations.AddConstraint(
             model_name="accountingrecord",
             constraint=models.UniqueConstraint(
-                fields=("cluster", "slurm_job_id", "submitted_at"),
-                name="accounting_run_unique",
-                nulls_distinct=False,
+                fields=("cluster", "slurm_job_id", "submitted_at"), name="accounting_run_unique"
             ),
         ),
     ]

@@ -54,12 +54,13 @@ from accounts.models import (
 from accounts.requests import allocation_request_create
 from accounts.services import membership_set, project_create
 from accounts.tokens import token_create
-from clusters.models import Cluster, ClusterStatus, Partition
+from clusters.models import Cluster, ClusterStatus, Partition, RefusedRecord
+from clusters.services import refused_records_report
 from clusters.slurm.cli import CliClient
 from clusters.slurm.errors import SlurmUnavailable
 from clusters.slurm.rest import RestClient
 from clusters.slurm.states import SlurmJobState
-from clusters.slurm.types import NodeInfo, QueueEntry
+from clusters.slurm.types import NodeInfo, QueueEntry, Refused
 from clusters.status import status_snapshot
 from jobs.models import AccountingRecord, Job, JobEvent, JobTemplate
 from jobs.states import JobState
@@ -331,6 +332,20 @@ def build_world() -> World:
         allocated_gpus=8,
         elapsed_s=10**6,
         charged_gpu_seconds=None,
+    )
+    # What a researcher's crafted job leaves in the refused records: their bytes, and one
+    # record without an id.
+    refused_records_report(
+        cluster=cluster,
+        listing=RefusedRecord.Listing.QUEUE,
+        refused=[
+            Refused(9102, "listed 2 times; none of them is taken", "name '\n\x1e<b>x</b>\u202e'"),
+        ],
+    )
+    refused_records_report(
+        cluster=cluster,
+        listing=RefusedRecord.Listing.ACCOUNTING,
+        refused=[Refused(None, "cannot read the record: 17 fields", "\x1f" * 40 + "%s{{ x }}")],
     )
     request = allocation_request_create(
         project=projects["crawl-over"],
