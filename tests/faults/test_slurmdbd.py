@@ -71,7 +71,15 @@ def test_accounting_lags_while_slurmdbd_is_down_and_catches_up_exactly(
     assert accounting_sync(cluster=dev_cluster).charged == 0  # a repeat charges nothing
     allocation.refresh_from_db()
     charges = LedgerEntry.objects.filter(allocation=allocation, kind="charge")
-    assert charges.count() == 4
+    assert charges.count() == 4, (
+        list(
+            AccountingRecord.objects.filter(job_id__in=ids).values_list(
+                "slurm_job_id", "state", "account", "user", "elapsed_s", "allocated_gpus",
+                "charged_gpu_seconds", "charge_note",
+            )
+        ),
+        list(LedgerEntry.objects.values_list("allocation_id", "kind", "reference", "gpu_seconds")),
+    )  # fmt: skip
     for job in Job.objects.filter(pk__in=ids):
         assert job.state == JobState.COMPLETED
         record = AccountingRecord.objects.get(job=job)

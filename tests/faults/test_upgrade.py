@@ -190,12 +190,15 @@ def test_an_upgrade_from_the_previous_release_with_jobs_in_flight(
     finally:
         SlurmOperator(DEV_CLUSTER).account_remove(account)
 
-    # Each job once in Slurm and charged once, what accounting says it used.
+    # Each job once in Slurm and charged once, what accounting says it used: the one the
+    # previous release charged under its old reference (`<cluster>:<id>`), the others per run.
     charged = rows(
         "SELECT job.id, job.slurm_job_id, job.used_gpu_seconds, -entry.gpu_seconds "
         "FROM jobs_job job JOIN accounts_ledgerentry entry "
-        "ON entry.kind = 'charge' AND entry.reference = %s || ':' || job.slurm_job_id "
+        "ON entry.kind = 'charge' AND (entry.reference = %s || ':' || job.slurm_job_id "
+        "OR entry.reference LIKE %s || ':' || job.slurm_job_id || '@%%') "
         "ORDER BY job.id",
+        DEV_CLUSTER,
         DEV_CLUSTER,
     )
     assert [row[0] for row in charged] == [jobs["done"], jobs["in_slurm"], jobs["saved"]]

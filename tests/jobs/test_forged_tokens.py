@@ -120,10 +120,17 @@ def charged_as_outside_work(cluster, forged: dict[str, int], projects: dict) -> 
         assert -charge.gpu_seconds == record.charged_gpu_seconds
 
 
+def own_warnings(findings) -> list:
+    """The warnings of a check but those on the cluster's nodes: a job of a test beside
+    this one that ends or is requeued leaves its GPUs allocated for a moment
+    (``stuck-gpus``)."""
+    return [w for w in findings.warnings if not w.name.startswith("stuck-gpus")]
+
+
 def assert_warned_not_failed(cluster, job: Job, forged: dict[str, int]) -> None:
     findings = invariants_check(cluster=cluster)
     assert findings.violations == []
-    warnings = [str(w) for w in findings.warnings]
+    warnings = [str(w) for w in own_warnings(findings)]
     assert len(warnings) == 1 and warnings[0].startswith("forged-token: "), warnings
     for user, slurm_job_id in forged.items():
         assert str(slurm_job_id) in warnings[0] and user in warnings[0]
@@ -254,9 +261,9 @@ def test_a_token_copied_onto_a_job_on_the_projects_other_cluster_binds_nothing(
     job.refresh_from_db()
     assert job.slurm_job_id is None and job.state == JobState.SUBMITTING
     assert_warned_not_failed(next_cluster, job, {"alice": copy})
-    (warning,) = invariants_check(cluster=next_cluster).warnings
+    (warning,) = own_warnings(invariants_check(cluster=next_cluster))
     assert f"of alice under {vision.slurm_account} on portal-dev;" in warning.detail
-    assert invariants_check(cluster=dev_cluster).warnings == []
+    assert own_warnings(invariants_check(cluster=dev_cluster)) == []
 
     assert slurm_ids_of(job) == []
     job_submit(job_id=job.pk)
