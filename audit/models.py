@@ -32,6 +32,7 @@ class AuditEvent(models.Model):
         USER_POSIX_CHANGE = "user.posix_username", _("Unix login changed by the directory")
         USER_DISABLE = "user.disable", _("User switched off: gone from the directory")
         USER_ENABLE = "user.enable", _("User switched on: back in the directory")
+        USER_IDENTITY_LINK = "user.identity_link", _("Sign-in linked to an account by a manager")
         PARTITION_BILLING_WEIGHT = "partition.billing_weight", _("Billing weight changed")
         PARTITION_CPU_HOUR_RATE = "partition.cpu_hour_rate", _("CPU-hour rate changed")
         JOB_CANCEL = "job.cancel", _("Job cancelled for its owner")
