@@ -73,6 +73,19 @@ DB_FIXTURES = {"db", "transactional_db", "live_server", "django_db_reset_sequenc
 
 
 @pytest.fixture(scope="session")
+def django_db_modify_db_settings(request, django_db_modify_db_settings_parallel_suffix) -> None:
+    """xdist's workers each test in a database of their own (``test_portal_gw0``, ...); a
+    run outside xdist gets one named after its process, so that two runs side by side
+    (an engineer's loop beside ``make test``'s lone lane) never drop each other's."""
+    if hasattr(request.config, "workerinput"):
+        return
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    database.setdefault("TEST", {})["NAME"] = f"test_{database['NAME']}_p{os.getpid()}"
+
+
+@pytest.fixture(scope="session")
 def _seeded_by_migrations(django_db_setup, django_db_blocker) -> str:
     """The rows the migrations seed (the allocation managers' group with its
     permissions, the global templates), as JSON, taken right after migrating."""
