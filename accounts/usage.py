@@ -225,7 +225,7 @@ def charge_rows(charges: QuerySet[LedgerEntry]) -> Iterator[list[str]]:
 def monthly_rows(usage: Iterable[MonthlyUsage]) -> Iterator[list[str]]:
     for cell in usage:
         yield [
-            cell.project,
+            _text(cell.project),  # a slug may start with "-"
             _month_label(cell.month),
             _text(cell.username),
             f"{cell.gpu_hours:.4f}",

@@ -11,7 +11,7 @@ from django.http import StreamingHttpResponse
 from accounts.ledger import allocation_grant, ledger_charge, ledger_hold
 from accounts.selectors import MonthlyUsage, project_usage_by_month_and_user
 from accounts.services import membership_set, project_create, user_create
-from accounts.usage import MonthRow, usage_chart
+from accounts.usage import MonthRow, monthly_rows, usage_chart
 from clusters.models import Partition
 from clusters.services import cluster_register
 
@@ -202,6 +202,12 @@ def test_a_csv_cell_a_spreadsheet_would_run_stays_text(client, manny, vision, cl
     client.force_login(manny)
     _, *rows = read_csv(client.get(usage_url(vision, "charges.csv")))
     assert rows[-1][4] == "'=HYPERLINK(1)"
+
+
+def test_every_monthly_csv_cell_a_spreadsheet_would_run_stays_text():
+    # A slug may start with "-"; a user name comes from the site's directory.
+    (row,) = monthly_rows([MonthlyUsage("-cmd", dt.date(2026, 11, 1), "=1+1", HOUR)])
+    assert row == ["'-cmd", "2026-11", "'=1+1", "1.0000", "3600"]
 
 
 def test_the_list_action_exports_the_selected_projects(client, manny, vision, cluster, bob):
