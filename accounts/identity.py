@@ -7,7 +7,11 @@ comes from the source, never from the request: the Unix login is the directory's
 attribute or the provider's claim, set again on every sign-in; it must be a person's
 login (not root, not a system account) and exist where jobs are submitted, as the
 workers see it; and with both a provider and a directory, the two must name the same
-login. A refusal tells the person what to do and the operator, in the log, why.
+login. A provider's sign-in counts only with what the portal asked for: every scope it
+asked for granted (when the provider says what it granted), and the claim the directory
+is matched by (``PORTAL_OIDC_DIRECTORY_MATCH``) present and not unverified; the claimed
+login is never the key the directory is searched by then. A refusal tells the person
+what to do and the operator, in the log, why.
 """
 
 import logging
@@ -35,6 +39,25 @@ POSIX_SURVEY_DEADLINE_S = 5.0
 
 
 @dataclass(frozen=True)
+class Claim:
+    """One of the provider's claims the portal relies on, as the sign-in carried it."""
+
+    name: str
+    value: str  # empty: the sign-in did not carry it
+    # False when the provider says it has not verified it (``<name>_verified``, as
+    # ``email_verified``); a provider that says nothing of it vouches for what it sends.
+    verified: bool = True
+
+
+def directory_match() -> tuple[str, str] | None:
+    """(the provider's claim, the directory's attribute) a provider's person is found by
+    in the directory (``PORTAL_OIDC_DIRECTORY_MATCH``, e.g. ``email=mail``); None: the
+    operator chose to look them up by the Unix login claim alone."""
+    claim, _sep, attribute = settings.OIDC_DIRECTORY_MATCH.partition("=")
+    return (claim.strip(), attribute.strip()) if claim.strip() and attribute.strip() else None
+
+
+@dataclass(frozen=True)
 class Person:
     """A person as the directory or the identity provider describes them at sign-in."""
 
@@ -49,6 +72,11 @@ class Person:
     # None: the source said nothing of groups (memberships are left as they are).
     groups: frozenset[str] | None = None
     disabled: bool = False
+    # A provider's sign-in only: the claim ``directory_match`` names, as it came (None
+    # when no match is configured), and the scopes the portal asked for that the
+    # provider said it did not grant.
+    directory_key: Claim | None = None
+    scopes_not_granted: frozenset[str] = frozenset()
 
 
 class SignInRefused(Exception):
@@ -75,6 +103,8 @@ def _refuse(person: Person, message: str, reason: str) -> SignInRefused:
 def sign_in(person: Person) -> User:
     """The portal user ``person`` is, made or brought up to date; SignInRefused when
     they may not sign in (the message says what to do)."""
+    if person.source == ExternalIdentity.Source.OIDC:
+        _check_grant(person)
     _check_login(person)
     if person.source == ExternalIdentity.Source.OIDC and directory.configured():
         _check_against_directory(person)
@@ -111,14 +141,63 @@ def _check_login(person: Person) -> None:
         ) from None
 
 
+def _check_grant(person: Person) -> None:
+    """Every scope the portal asked the provider for was granted: a sign-in whose request
+    was cut down (the ``scope`` of ``/oidc/start/``'s redirect edited) is not one the
+    portal asked for."""
+    if person.scopes_not_granted:
+        scopes = " ".join(sorted(person.scopes_not_granted))
+        raise _refuse(
+            person,
+            _(
+                "Signing in with %(name)s did not grant everything the portal asks for "
+                "(%(scopes)s missing). Sign in again from the portal's log-in page, without "
+                "changing the request, and allow all of it."
+            )
+            % {"name": settings.OIDC_NAME, "scopes": scopes},
+            f"the provider did not grant the scopes {scopes!r} of PORTAL_OIDC_SCOPES",
+        )
+
+
+def _claim_label(name: str) -> str:
+    return _("e-mail address") if name == "email" else name
+
+
 def _check_against_directory(person: Person) -> None:
-    """The provider's Unix login must be the one the directory has for the person."""
-    _claim, _sep, attribute = settings.OIDC_DIRECTORY_MATCH.partition("=")  # email=<attribute>
+    """The provider's Unix login must be the one the directory has for the person, whom
+    the directory finds by the configured claim, present and verified: never by the
+    claimed login itself (that would always agree)."""
+    match = directory_match()
+    if match is None:  # the operator's choice: the directory vouches for the login alone
+        attribute, value = settings.LDAP_POSIX_ATTRIBUTE, person.posix_username
+    else:
+        claim, attribute = match
+        key = person.directory_key
+        value = key.value if key is not None and key.name == claim else ""
+        if not value:
+            raise _refuse(
+                person,
+                _(
+                    "Your sign-in did not include your %(claim)s, which the portal needs to "
+                    "find you in the site's directory. Sign in again from the portal's log-in "
+                    "page and allow %(name)s to share it."
+                )
+                % {"claim": _claim_label(claim), "name": settings.OIDC_NAME},
+                f"no {claim!r} claim, which PORTAL_OIDC_DIRECTORY_MATCH matches with the "
+                f"directory's {attribute!r} (a scope left out?)",
+            )
+        if key is not None and not key.verified:
+            raise _refuse(
+                person,
+                _(
+                    "Your %(claim)s is not verified at %(name)s, so the portal cannot find you "
+                    "by it in the site's directory. Verify it there, then sign in again."
+                )
+                % {"claim": _claim_label(claim), "name": settings.OIDC_NAME},
+                f"the {claim!r} claim {value!r} is not verified ({claim}_verified)",
+            )
     try:
-        if attribute and person.email:
-            entry = directory.person_where(attribute, person.email)
-        else:
-            entry = directory.person_where(settings.LDAP_POSIX_ATTRIBUTE, person.posix_username)
+        entry = directory.person_where(attribute, value)
     except directory.DirectoryUnavailable as error:
         raise _refuse(
             person,
@@ -129,7 +208,7 @@ def _check_against_directory(person: Person) -> None:
         raise _refuse(
             person,
             _("Your account is not in the site's directory; ask its administrators."),
-            "not found in the directory",
+            f"no one (or more than one) in the directory with {attribute}={value!r}",
         )
     if entry.posix_username != person.posix_username:
         raise _refuse(

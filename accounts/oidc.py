@@ -23,7 +23,7 @@ from django.views import View
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
-from accounts.identity import Person, SignInRefused, sign_in
+from accounts.identity import Claim, Person, SignInRefused, directory_match, sign_in
 from accounts.models import ExternalIdentity, User
 from accounts.oidc_provider import (
     ProviderUnavailable,
@@ -44,13 +44,17 @@ def _unavailable(request: HttpRequest, error: Exception) -> None:
     )
 
 
-def person_from_claims(claims: dict[str, Any]) -> Person:
-    """The person the provider's claims describe; ``sub`` is who they are."""
+def person_from_claims(
+    claims: dict[str, Any], *, scopes_not_granted: frozenset[str] = frozenset()
+) -> Person:
+    """The person the provider's claims describe; ``sub`` is who they are. An e-mail
+    address the provider has not verified is not taken as theirs."""
 
     def text(name: str) -> str:
         value = claims.get(name)
         return value.strip() if isinstance(value, str) else ""
 
+    match = directory_match()
     groups = claims.get(settings.OIDC_GROUPS_CLAIM)
     return Person(
         source=ExternalIdentity.Source.OIDC,
@@ -58,13 +62,38 @@ def person_from_claims(claims: dict[str, Any]) -> Person:
         subject=text("sub"),
         login=text("preferred_username") or text("email") or text("sub"),
         posix_username=text(settings.OIDC_POSIX_CLAIM),
-        email=text("email") if claims.get("email_verified", True) is not False else "",
+        email=text("email") if claim_verified(claims, "email") else "",
         first_name=text("given_name"),
         last_name=text("family_name"),
         groups=(
             frozenset(g for g in groups if isinstance(g, str)) if isinstance(groups, list) else None
         ),
+        directory_key=(
+            Claim(name=match[0], value=text(match[0]), verified=claim_verified(claims, match[0]))
+            if match
+            else None
+        ),
+        scopes_not_granted=scopes_not_granted,
     )
+
+
+def claim_verified(claims: dict[str, Any], name: str) -> bool:
+    """False when the provider says it has not verified claim ``name``
+    (``<name>_verified``: OIDC Core's ``email_verified``, ``phone_number_verified``); a
+    provider that says nothing of it vouches for what it sends."""
+    said = claims.get(f"{name}_verified", True)
+    # Some providers write the boolean as a string.
+    return said is True or (isinstance(said, str) and said.strip().lower() == "true")
+
+
+def scopes_not_granted(granted: object) -> frozenset[str]:
+    """The scopes the portal asks for (``PORTAL_OIDC_SCOPES``) that the provider's token
+    answer says it did not grant; an answer without ``scope`` granted what was asked
+    (RFC 6749 5.1), and then the claims alone decide."""
+    asked = frozenset(settings.OIDC_RP_SCOPES.split())
+    if granted is None:
+        return frozenset()
+    return asked - frozenset(granted.split() if isinstance(granted, str) else ())
 
 
 class ProviderBackend(OIDCAuthenticationBackend):
@@ -80,6 +109,7 @@ class ProviderBackend(OIDCAuthenticationBackend):
         self.OIDC_RP_CLIENT_SECRET = settings.OIDC_RP_CLIENT_SECRET
         self.OIDC_RP_SIGN_ALGO = settings.OIDC_RP_SIGN_ALGO
         self.OIDC_RP_IDP_SIGN_KEY = None
+        self.scopes_not_granted: frozenset[str] = frozenset()  # get_token's, per sign-in
 
     def authenticate(self, request: HttpRequest | None, **kwargs: Any) -> User | None:
         if request is None or "code_verifier" not in kwargs:
@@ -104,6 +134,13 @@ class ProviderBackend(OIDCAuthenticationBackend):
             messages.error(request, refusal.message)
         return None
 
+    def get_token(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """The provider's answer to the code, and what it says it granted (its ``scope``):
+        the browser carried the request there, and may have cut it down."""
+        answer = super().get_token(payload)
+        self.scopes_not_granted = scopes_not_granted(answer.get("scope"))
+        return answer
+
     def verify_token(self, token: str, **kwargs: Any) -> dict[str, Any]:
         """The ID token's claims: signed by the provider's key, for the portal's client
         and by the configured issuer (the parent checks the signature alone), with this
@@ -120,7 +157,11 @@ class ProviderBackend(OIDCAuthenticationBackend):
         claims = {**payload, **self.get_userinfo(access_token, id_token, payload)}
         if claims.get("sub") != payload.get("sub"):
             raise SuspiciousOperation("the userinfo answer is about another subject")
-        return sign_in(person_from_claims(claims))
+        return sign_in(
+            person_from_claims(
+                claims, scopes_not_granted=self.scopes_not_granted
+            )
+        )
 
     def get_user(self, user_id: Any) -> User | None:
         """The session's user while they may still use the portal (switched-off: none)."""

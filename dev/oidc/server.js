@@ -5,8 +5,9 @@
 // STATE_DIR (dev/stack's $STACK_DIR/oidc) holds secrets.json, written by dev/stack from
 // the stack's secrets (the portal client's secret, the cookie key, each account's
 // password), and jwks.json, the signing key, made here on the first start and kept.
-// The accounts themselves are accounts.json beside this file. The issuer and port come
-// from OIDC_ISSUER (default http://127.0.0.1:9080).
+// The accounts themselves are accounts.json beside this file (OIDC_ACCOUNTS: another file,
+// as tests that start a provider of their own give it). The issuer and port come from
+// OIDC_ISSUER (default http://127.0.0.1:9080).
 import { generateKeyPairSync } from 'node:crypto';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
@@ -28,7 +29,10 @@ if (!STATE_DIR) {
 
 const secrets = JSON.parse(readFileSync(join(STATE_DIR, 'secrets.json'), 'utf8'));
 const accounts = JSON.parse(
-  readFileSync(join(dirname(fileURLToPath(import.meta.url)), 'accounts.json'), 'utf8'),
+  readFileSync(
+    process.env.OIDC_ACCOUNTS ?? join(dirname(fileURLToPath(import.meta.url)), 'accounts.json'),
+    'utf8',
+  ),
 );
 
 // One RS256 key, made once: the portal caches the JWKS, and restarts must not void it.
@@ -62,7 +66,9 @@ const claimsOf = (account) => ({
   family_name: account.family_name,
   preferred_username: account.login,
   email: account.email,
-  email_verified: true,
+  // An account may say the provider has not verified its address (a site whose users
+  // type their own); without a word, it has.
+  email_verified: account.email_verified ?? true,
   uid: account.uid,
   groups: account.groups,
 });

@@ -42,9 +42,10 @@ def form_of(page: httpx.Response, form_id: str | None = None) -> tuple[str, dict
     raise AssertionError(f"no form {form_id or ''} in {page.url}:\n{text[:2000]}")
 
 
-def confirm_on_the_provider(link: str, login: str) -> httpx.Response:
+def confirm_on_the_provider(link: str, login: str, password: str | None = None) -> httpx.Response:
     """What the person does in their browser: open the link (it carries the code and
-    sends itself on), confirm the device, sign in on the provider's page."""
+    sends itself on), confirm the device, sign in on the provider's page (``password``:
+    the stack's for them)."""
     with httpx.Client(follow_redirects=True, timeout=15) as browser:
         page = browser.get(link)
         action, fields = form_of(page)  # the page that sends the code on by itself
@@ -53,7 +54,8 @@ def confirm_on_the_provider(link: str, login: str) -> httpx.Response:
         page = browser.post(action, data=fields)
         action, fields = form_of(page)
         return browser.post(
-            action, data={**fields, "username": login, "password": provider_password(login)}
+            action,
+            data={**fields, "username": login, "password": password or provider_password(login)},
         )
 
 

@@ -37,9 +37,10 @@ def portal() -> Client:
     return Client(HTTP_HOST=PORTAL_HOST)
 
 
-def provider_callback(authorize_url: str, login: str) -> str:
-    """Through the provider's own pages as ``login``: its log-in form, then where it
-    sends the browser back (the portal's callback with a code)."""
+def provider_callback(authorize_url: str, login: str, password: str | None = None) -> str:
+    """Through the provider's own pages as ``login`` (``password``: the stack's for them),
+    its log-in form, then where it sends the browser back (the portal's callback with a
+    code)."""
     with httpx.Client(timeout=10, follow_redirects=False) as browser:
         response = browser.get(authorize_url)
         for _hop in range(10):
@@ -54,7 +55,7 @@ def provider_callback(authorize_url: str, login: str) -> str:
             assert form and "Username" in response.text and "Sign in" in response.text
             response = browser.post(
                 response.url.join(form[1]),
-                data={"username": login, "password": provider_password(login)},
+                data={"username": login, "password": password or provider_password(login)},
             )
     pytest.fail(f"the provider never sent {login} back to the portal")
 
