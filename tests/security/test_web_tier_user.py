@@ -66,7 +66,7 @@ def web(celery_worker):
 
 
 def web_pids(env: dict) -> list[int]:
-    pid_file = STACK_DIR / "web" / f"portal-web-{env['PORTAL_HTTP_PORT']}.pid"
+    pid_file = STACK_DIR / "portal" / f"portal-web-{env['PORTAL_HTTP_PORT']}.pid"
     master = int(pid_file.read_text())
     children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
     return [master, *map(int, children)]
