@@ -157,11 +157,7 @@ class ProviderBackend(OIDCAuthenticationBackend):
         claims = {**payload, **self.get_userinfo(access_token, id_token, payload)}
         if claims.get("sub") != payload.get("sub"):
             raise SuspiciousOperation("the userinfo answer is about another subject")
-        return sign_in(
-            person_from_claims(
-                claims, scopes_not_granted=self.scopes_not_granted
-            )
-        )
+        return sign_in(person_from_claims(claims, scopes_not_granted=self.scopes_not_granted))
 
     def get_user(self, user_id: Any) -> User | None:
         """The session's user while they may still use the portal (switched-off: none)."""
