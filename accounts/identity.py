@@ -10,8 +10,11 @@ workers see it; and with both a provider and a directory, the two must name the 
 login. A provider's sign-in counts only with what the portal asked for: every scope it
 asked for granted (when the provider says what it granted), and the claim the directory
 is matched by (``PORTAL_OIDC_DIRECTORY_MATCH``) present and not unverified; the claimed
-login is never the key the directory is searched by then. A refusal tells the person
-what to do and the operator, in the log, why.
+login is never the key the directory is searched by then. A sign-in links to an account
+made another way only when that account is an ordinary person's: never automatically to
+a staff, superuser or allocation manager's account, nor to one another identity of the
+same source signs in to (a manager links those: ``identity_link``, audited). A refusal
+tells the person what to do and the operator, in the log, why.
 """
 
 import logging
@@ -25,7 +28,9 @@ from django.utils.translation import gettext as _
 
 from accounts import directory
 from accounts.directory_groups import memberships_follow_groups
+from accounts.errors import NotAllowed, Refused
 from accounts.models import ExternalIdentity, User, posix_username_validator
+from accounts.permissions import is_allocation_manager
 from accounts.posix import validate_posix_username
 from audit.models import AuditEvent
 from audit.services import audit_record
@@ -293,19 +298,103 @@ def _user_for(person: Person) -> User:
 
 def _user_by_login(person: Person) -> User | None:
     """A user made by hand (or by the other source) with this Unix login, or with it as
-    their user name and no login yet: the same person, now signing in this way."""
+    their user name and no login yet: the same person, now signing in this way; but
+    never by itself an account that may do more than a researcher's, nor one another
+    identity of this source signs in to (``why_not_linked``)."""
     name = person.posix_username
     user = User.objects.select_for_update().filter(posix_username=name).first()
-    if user is not None:
-        return user
-    user = User.objects.select_for_update().filter(username=name).first()
-    if user is not None and user.posix_username not in (None, "", name):
+    if user is None:
+        user = User.objects.select_for_update().filter(username=name).first()
+        if user is not None and user.posix_username:
+            raise _refuse(
+                person,
+                _(
+                    "A portal account with your name belongs to someone else; ask the "
+                    "administrators."
+                ),
+                f"the user {user.username!r} has another Unix login, {user.posix_username!r}",
+            )
+    if user is not None and (why := why_not_linked(user, source=person.source)):
         raise _refuse(
             person,
-            _("A portal account with your name belongs to someone else; ask the administrators."),
-            f"the user {user.username!r} has another Unix login, {user.posix_username!r}",
+            _(
+                "The portal account with your Unix login is not linked to this sign-in, "
+                "and the portal does not link it by itself; ask an allocation manager to "
+                "link it."
+            ),
+            f"the user {user.username!r} {why}; a manager links it: manage.py identity_link "
+            f"{user.username} --source {person.source} --subject {person.subject} --by <manager>",
         )
     return user
+
+
+def why_not_linked(user: User, *, source: str) -> str:
+    """Why a sign-in of ``source`` may not take ``user``'s account by itself: it may do
+    more than a researcher's, or another identity of that source signs in to it ("": it
+    may)."""
+    if privilege := _privilege(user):
+        return f"is {privilege}"
+    if other := user.identities.filter(source=source).first():
+        return f"is already signed in to as {other.subject!r} at {other.issuer}"
+    return ""
+
+
+def _privilege(user: User) -> str:
+    """What ``user`` may do beyond a researcher, in words ("": nothing)."""
+    if user.is_superuser:
+        return "a superuser"
+    if user.is_staff:
+        return "staff"
+    if is_allocation_manager(user):
+        return "an allocation manager"
+    return ""
+
+
+def identity_link(
+    *, actor: User, user: User, source: str, subject: str, issuer: str = "", login: str = ""
+) -> ExternalIdentity:
+    """``actor`` says that whoever signs in as ``subject`` at the directory or provider
+    (``source``; ``issuer``: the configured one) is ``user``: how the accounts a sign-in
+    never takes by itself are linked. A manager links ordinary accounts and their own;
+    another privileged account, or a superuser's, only a superuser. Audited; a repeat
+    has no second effect. NotAllowed or Refused (the message says why)."""
+    source = ExternalIdentity.Source(source)
+    issuer = issuer or (
+        settings.LDAP_URL if source == ExternalIdentity.Source.LDAP else settings.OIDC_ISSUER
+    )
+    if not (issuer and subject.strip()):
+        raise Refused(_("Name the identity to link: its source, issuer and subject."))
+    if not is_allocation_manager(actor):
+        raise NotAllowed(_("Only allocation managers link sign-ins to accounts."))
+    if _privilege(user) and not actor.is_superuser and (user.pk != actor.pk or user.is_superuser):
+        raise NotAllowed(
+            _("Only a superuser links a sign-in to another privileged account, or a superuser's.")
+        )
+    with transaction.atomic():
+        identity = (
+            ExternalIdentity.objects.select_for_update()
+            .select_related("user")
+            .filter(issuer=issuer, subject=subject)
+            .first()
+        )
+        if identity is not None:
+            if identity.user_id == user.pk:
+                return identity
+            raise Refused(
+                _("That sign-in is linked to %(other)s already.") % {"other": identity.user}
+            )
+        identity = ExternalIdentity.objects.create(
+            user=user, source=source, issuer=issuer, subject=subject, login=login[:255]
+        )
+        audit_record(
+            actor=actor,
+            action=AuditEvent.Action.USER_IDENTITY_LINK,
+            target=user,
+            on_behalf_of=user,
+            detail={"source": source, "issuer": issuer, "subject": subject, "login": login},
+        )
+    logger.info("%s linked %s %r at %s to the user %s", actor, source, subject, issuer, user)
+    return identity
 
 
 def _user_create(person: Person) -> User:
