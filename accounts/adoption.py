@@ -31,7 +31,7 @@ from accounts.models import (
     validate_slurm_account_not_root,
 )
 from accounts.reconcile import adoption_preview, member_posix_names
-from accounts.services import membership_set, project_create
+from accounts.services import OWN_MEMBERSHIP, membership_set, project_create
 from audit.models import AuditEvent
 from audit.services import audit_record
 from clusters.models import Cluster
@@ -178,6 +178,8 @@ def account_adopt(
             _("A project already has the Slurm account %(account)s: adopt it into that one.")
             % {"account": account}
         )
+    if pi is not None and actor is not None and pi.pk == actor.pk and not actor.is_superuser:
+        raise Refused(OWN_MEMBERSHIP)
     with transaction.atomic():
         existing = AdoptedAccount.objects.select_for_update().filter(
             cluster=cluster, account=account

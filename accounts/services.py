@@ -4,7 +4,9 @@ import logging
 
 from django.contrib.auth.models import Group
 from django.db import transaction
+from django.utils.translation import gettext_lazy as _
 
+from accounts.errors import NotAllowed
 from accounts.models import Membership, Project, User
 from audit.models import AuditEvent
 from audit.services import audit_record
@@ -79,6 +81,12 @@ def project_update(
     return locked
 
 
+OWN_MEMBERSHIP = _(
+    "You cannot add yourself to a project or change your own role: another allocation "
+    "manager or a superuser does that, and it is audited."
+)
+
+
 def membership_set(
     *,
     project: Project,
@@ -92,7 +100,12 @@ def membership_set(
     ``source`` says who keeps it: by hand (the default; a membership the group sync made
     becomes one made by hand when someone sets it) or the group sync
     (``accounts.directory_groups``), which never calls this for a membership made by hand.
+
+    Nobody but a superuser makes themselves a member or changes their own role (a manager
+    who did would reach the team's jobs and templates): another manager does it, audited.
     """
+    if actor is not None and actor.pk == user.pk and not actor.is_superuser:
+        raise NotAllowed(OWN_MEMBERSHIP)
     with transaction.atomic():
         membership, created = Membership.objects.select_for_update().get_or_create(
             project=project, user=user, defaults={"role": role, "source": source}

@@ -146,6 +146,19 @@ class JobAdmin(ReadOnly):
     date_hierarchy = "created_at"
     inlines = [JobEventInline]
     show_full_result_count = False  # no COUNT(*) over millions of jobs on every page
+    # What running the bank needs: the request, its price, its course in Slurm and its
+    # charge. Never the researcher's script, environment (where secrets go), paths or
+    # submit token, which the API does not show managers either.
+    fields = (
+        ("owner", "project", "cluster", "partition", "template"),
+        ("name", "nodes", "gpus_per_node", "cpus_per_gpu", "mem_per_gpu_gb"),
+        ("time_limit_minutes", "array", "array_tasks", "requeue"),
+        ("billing_weight", "cpu_hour_rate", "requested_gpu_seconds", "used_gpu_seconds"),
+        ("state", "slurm_state", "slurm_job_id", "reason", "exit_code"),
+        ("submit_attempts", "submit_error", "cancel_requested_at"),
+        ("created_at", "submitted_at", "started_at", "ended_at"),
+    )
+    readonly_fields = [name for row in fields for name in row]
 
 
 @admin.register(AccountingRecord)

@@ -1,8 +1,9 @@
 """The console's projects: members, allocations, balance and usage."""
 
 from django.contrib import admin
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count, OuterRef, Subquery, Sum
+from django.forms.models import BaseInlineFormSet
 from django.http import Http404, StreamingHttpResponse
 from django.shortcuts import render
 from django.urls import path, reverse
@@ -15,6 +16,7 @@ from accounts.models import (
     Allocation,
     Membership,
     Project,
+    User,
 )
 from accounts.selectors import (
     allocation_balance,
@@ -26,6 +28,7 @@ from accounts.selectors import (
     usage_by_month_and_user,
 )
 from accounts.services import (
+    OWN_MEMBERSHIP,
     membership_remove,
     membership_set,
     project_create,
@@ -43,12 +46,36 @@ from accounts.usage import (
 )
 
 
+class MembershipFormSet(BaseInlineFormSet):
+    """The rows of a project's members; nobody but a superuser adds themselves or changes
+    their own row (``membership_set``): the page says so instead of saving."""
+
+    editor: User | None = None
+
+    def clean(self) -> None:
+        super().clean()
+        editor = self.editor
+        if editor is None or editor.is_superuser:
+            return
+        for form in self.forms:
+            if not form.has_changed() or form in self.deleted_forms:
+                continue
+            named = {form.initial.get("user"), getattr(form.cleaned_data.get("user"), "pk", None)}
+            if editor.pk in named:
+                raise ValidationError(OWN_MEMBERSHIP)
+
+
 class MembershipInline(admin.TabularInline):
     model = Membership
+    formset = MembershipFormSet
     extra = 0
     raw_id_fields = ["user"]
     # Made by hand here; a group-made one becomes one made by hand when changed here.
     readonly_fields = ["source"]
+
+    def get_formset(self, request, obj=None, **kwargs):
+        formset = super().get_formset(request, obj, **kwargs)
+        return type(formset.__name__, (formset,), {"editor": request.user})
 
 
 class AllocationInline(admin.TabularInline):

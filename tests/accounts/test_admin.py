@@ -6,11 +6,12 @@ import logging
 import pytest
 from django import forms
 from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
-from django.contrib.auth.models import Permission
+from django.contrib.auth.models import Group, Permission
 from django.core.exceptions import ValidationError
 
+from accounts.errors import NotAllowed
 from accounts.ledger import allocation_adjust, allocation_grant, allocation_revoke, ledger_hold
-from accounts.models import Allocation, AllocationRequest, LedgerEntry, Project
+from accounts.models import Allocation, AllocationRequest, LedgerEntry, Project, User
 from accounts.requests import allocation_request_create
 from accounts.services import membership_set, project_create, user_create
 from clusters.services import cluster_register
@@ -560,3 +561,76 @@ def test_a_project_cannot_be_bound_to_slurms_root_account(client, manny):
     assert response.status_code == 200
     assert "root is Slurm&#x27;s top account and no project&#x27;s" in response.content.decode()
     assert not Project.objects.filter(slug="rooted").exists()
+
+
+def test_a_manager_cannot_make_themselves_a_lead_of_a_project_in_the_console(
+    client, manny, vision, alice
+):
+    """Found from outside: manny posted vision's change form with a row naming himself
+    co-PI and then read alice's job output. The page refuses it and says who may."""
+    from accounts.groups import ALLOCATION_MANAGERS
+    from audit.models import AuditEvent
+
+    client.force_login(manny)
+    url = f"/admin/accounts/project/{vision.pk}/change/"
+    data = form_data(client.get(url))
+    extra = int(data["memberships-TOTAL_FORMS"])
+    data |= {
+        "memberships-TOTAL_FORMS": str(extra + 1),
+        f"memberships-{extra}-user": manny.pk,
+        f"memberships-{extra}-role": "co_pi",
+        f"memberships-{extra}-id": "",
+        f"memberships-{extra}-project": vision.pk,
+    }
+    response = client.post(url, data)
+    assert response.status_code == 200
+    assert "You cannot add yourself to a project" in response.content.decode()
+    assert not vision.memberships.filter(user=manny).exists()
+    assert not AuditEvent.objects.filter(action=AuditEvent.Action.MEMBERSHIP_ADD).exists()
+
+    # Another manager may, and it is recorded as theirs.
+    maria = user_create(username="maria", password="maria-pass-1234", is_staff=True)
+    maria.groups.add(Group.objects.get(name=ALLOCATION_MANAGERS))
+    client.force_login(maria)
+    response = client.post(url, data)
+    assert response.status_code == 302, response.context["errors"]
+    added = AuditEvent.objects.get(action=AuditEvent.Action.MEMBERSHIP_ADD)
+    assert (added.actor, added.on_behalf_of) == (maria, manny)
+
+    # Nor does he change his own row once he is in.
+    client.force_login(manny)
+    data = form_data(client.get(url))
+    row = next(i for i in range(extra + 1) if data[f"memberships-{i}-user"] == manny.pk)
+    response = client.post(url, data | {f"memberships-{row}-role": "pi"})
+    assert "You cannot add yourself to a project" in response.content.decode()
+    assert vision.memberships.get(user=manny).role == "co_pi"
+
+
+def test_nobody_but_a_superuser_grants_themselves_a_membership(manny, vision, alice):
+    with pytest.raises(NotAllowed, match="another allocation manager or a superuser"):
+        membership_set(project=vision, user=manny, role="pi", actor=manny)
+    with pytest.raises(NotAllowed):
+        membership_set(project=vision, user=alice, role="pi", actor=alice)
+    root = User.objects.create_superuser("root", password="root-pass-1234")
+    membership_set(project=vision, user=root, role="member", actor=root)
+    assert vision.memberships.filter(user=root).exists()
+
+
+def test_the_console_shows_managers_a_job_without_its_script_environment_or_token(
+    client, manny, vision, alice, cluster
+):
+    from jobs.models import Job
+
+    partition = cluster.partitions.first() or cluster.partitions.create(name="gpu")
+    job = Job.objects.create(
+        owner=alice, project=vision, cluster=cluster, partition=partition, name="train",
+        time_limit_minutes=10, working_directory="/home/alice/w", output_path="o",
+        error_path="e", environment={"WANDB_API_KEY": "s3cr3t-env"},
+        script="echo s3cr3t-script\n", rendered_script="#!/bin/bash\necho s3cr3t-rendered\n",
+        billing_weight=1, requested_gpu_seconds=600,
+    )  # fmt: skip
+    client.force_login(manny)
+    page = client.get(f"/admin/jobs/job/{job.pk}/change/").content.decode()
+    assert "train" in page and "alice" in page
+    for secret in ("s3cr3t-env", "s3cr3t-script", "s3cr3t-rendered", str(job.submit_token)):
+        assert secret not in page
