@@ -60,10 +60,16 @@ def heartbeat_record(*, worker: str) -> None:
     cache.set(HEARTBEAT_KEY, {"at": timezone.now().isoformat(), "worker": worker}, timeout=None)
 
 
+def heartbeat_last() -> dict | None:
+    """The last heartbeat (``at``, an ISO time, and ``worker``), or None before any;
+    the cache's error when it does not answer."""
+    return cache.get(HEARTBEAT_KEY)
+
+
 def worker_status() -> dict:
     """When a worker last ran the beat's heartbeat task; informational only."""
     try:
-        last = cache.get(HEARTBEAT_KEY)
+        last = heartbeat_last()
     except Exception as exc:  # noqa: BLE001 - the broker status already says why
         return {"ok": False, "error": str(exc)}
     if last is None:

@@ -9,7 +9,8 @@ A scrape answers two kinds of series (README "Metrics" lists them):
   (``portal.metric_files``);
 - what is, read from the database at scrape time by a few aggregate queries: jobs by
   state, the sync lags, the last invariant check (``jobs.metrics``), the ledger
-  (``accounts.metrics``) and Slurm's reachability (``clusters.metrics``).
+  (``accounts.metrics``) and Slurm's reachability (``clusters.metrics``); and the
+  workers' last heartbeat, read from the cache.
 
 The endpoint is off (404) until a scrape token (``PORTAL_METRICS_TOKEN``) or an address
 allow-list (``PORTAL_METRICS_ALLOWED_NETWORKS``) is set; with both, a scrape needs
@@ -17,6 +18,7 @@ both. The address is the client's as ``PORTAL_PROXY_COUNT`` says, the one a logi
 throttle counts: behind a proxy, the address the proxy saw.
 """
 
+import datetime as dt
 import ipaddress
 import logging
 import struct
@@ -39,6 +41,7 @@ from accounts.login_throttle import client_ip
 from accounts.metrics import ledger_metric_families
 from clusters.metrics import cluster_metric_families
 from jobs.metrics import job_metric_families
+from portal.health import heartbeat_last
 from portal.metric_files import metric_files, own_folder
 from portal.security import bearer_token_matches
 
@@ -95,6 +98,25 @@ class DatabaseCollector:
         yield from families
 
 
+class HeartbeatCollector:
+    """When a worker last ran beat's heartbeat task, from the cache where it is kept
+    (``portal.health``): a worker or beat that is down stops it. 0 before any worker has
+    run it; absent while the cache does not answer (the broker is down with it)."""
+
+    def collect(self) -> Iterable[Metric]:
+        try:
+            last = heartbeat_last()
+        except Exception as error:  # noqa: BLE001 - any cache failure: no figure
+            logger.warning("metrics: the cache does not answer: %s", error)
+            return
+        at = dt.datetime.fromisoformat(last["at"]).timestamp() if last else 0.0
+        yield GaugeMetricFamily(
+            "portal_worker_heartbeat_timestamp_seconds",
+            "When a worker last ran beat's heartbeat task (Unix time); 0 before any has.",
+            value=at,
+        )
+
+
 class FilesCollector:
     """The counts of every process of the host, from their files (portal.metric_files)."""
 
@@ -124,6 +146,7 @@ def exposition() -> bytes:
     """Every series, in Prometheus's text format."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(DatabaseCollector())
+    registry.register(HeartbeatCollector())
     folder = metrics_folder()
     registry.register(FilesCollector(folder) if folder else OwnCountsCollector())
     return generate_latest(registry)

@@ -1,6 +1,7 @@
 """A real Prometheus server (Debian's ``prometheus``) scrapes the portal's /metrics with
 the scrape token, and what its query API answers is what the database holds."""
 
+import json
 import shutil
 import socket
 import subprocess
@@ -27,6 +28,8 @@ CONFIG = """
 global:
   scrape_interval: 1s
   scrape_timeout: 1s
+  evaluation_interval: 1s
+rule_files: {rule_files}
 scrape_configs:
   - job_name: portal
     authorization:
@@ -48,7 +51,13 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def prometheus(live_server, settings, tmp_path: Path):
+def prometheus_rule_files() -> list[str]:
+    """The rule files the server evaluates (every second); a module overrides it."""
+    return []
+
+
+@pytest.fixture
+def prometheus(live_server, settings, tmp_path: Path, prometheus_rule_files):
     """A Prometheus server scraping the live server every second; yields a query
     function: PromQL → {labels as a frozenset: value}."""
     binary = shutil.which("prometheus")
@@ -61,7 +70,11 @@ def prometheus(live_server, settings, tmp_path: Path):
     token_file.chmod(0o600)
     config = tmp_path / "prometheus.yml"
     target = f"127.0.0.1:{urlsplit(live_server.url).port}"
-    config.write_text(CONFIG.format(token_file=token_file, target=target))
+    config.write_text(
+        CONFIG.format(
+            token_file=token_file, target=target, rule_files=json.dumps(prometheus_rule_files)
+        )
+    )
     address = f"127.0.0.1:{free_port()}"
     log = tmp_path / "prometheus.log"
     with log.open("w") as output:
