@@ -29,7 +29,9 @@ proc_name = "slurm-gpu-portal-web"
 # systemd manages the processes (reload: HUP); no control socket, whose default place is
 # the user's home, which the unit keeps closed (an older gunicorn ignores the name).
 control_socket_disable = True
-# Both logs to the journal (standard output and error).
+# Both logs to the journal (standard output and error), which only root and the adm and
+# systemd-journal groups read: the access log holds the OpenID provider's authorisation
+# codes (the sign-in callback's query). Logging to a file instead, make it 0640.
 accesslog = "-"
 errorlog = "-"
 
