@@ -291,15 +291,15 @@ def test_a_job_whose_id_was_lost_is_found_by_its_token(client, job):
 
 def test_a_job_that_left_the_queue_is_found_in_accounting(client, job):
     request = job(script="#!/bin/bash\ntrue\n")
-    submitted = time.monotonic()
     job_id = client.submit(request)
     wait_for("the job to leave the queue", lambda: queued(client, job_id) is None, 60)
+    left = time.monotonic()  # it ended before (on a busy machine, long after its submission)
     assert found(client, request) == [job_id]
     # Accounting is read from ``since`` on (less the rest adapter's 10 s of slack for
     # slurmrestd's clock, and the second it rounds up): a job submitted and ended before
-    # it is not looked at. Slurm keeps whole seconds, so the job's end may read up to 2 s
-    # after its submission.
-    time.sleep(max(0.0, submitted + 15 - time.monotonic()))
+    # it is not looked at. Slurm keeps whole seconds, so its times may read up to a second
+    # late.
+    time.sleep(max(0.0, left + 15 - time.monotonic()))
     assert found(client, request, since=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)) == []
     # Nor is anything when ``since`` is still to come on Slurm's clock.
     assert found(client, request, since=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)) == []
@@ -569,33 +569,44 @@ def test_a_cpu_minutes_limit_and_max_submit_jobs_are_set_read_and_removed(client
 
 
 @pytest.mark.usefixtures("association_lock")
-def test_a_users_own_gpu_minutes_limit_is_set_read_and_removed(client, site):
+def test_a_users_own_gpu_and_cpu_minutes_limits_are_set_read_and_removed(client, site):
     """A member's cap (accounts.caps) on the member's own association under the account."""
     account = f"c{uuid.uuid4().hex[:10]}"
+    both = {"gres/gpu": 5, "cpu": 700}
     try:
         client.ensure_account(account, description="contract test")
         client.ensure_user_association(user=USER, account=account)
         client.ensure_user_association(user=FORGER, account=account)
         with pytest.raises(NotFound):
-            client.set_user_limits(user="charlie", account=account, gpu_minutes=1)
+            client.set_user_limits(user="charlie", account=account, minutes={"gres/gpu": 1})
         if not limits_supported(client):
             with pytest.raises(SlurmRejected, match=r"22\.05"):
-                client.set_user_limits(user=USER, account=account, gpu_minutes=5)
-            client.set_user_limits(user=USER, account=account, gpu_minutes=None)  # holds
+                client.set_user_limits(user=USER, account=account, minutes=both)
+            none = {"gres/gpu": None, "cpu": None}
+            client.set_user_limits(user=USER, account=account, minutes=none)  # holds
             assert client.account_limits(account).user_gpu_minutes == {}
             return
-        client.set_user_limits(user=USER, account=account, gpu_minutes=5)
-        client.set_user_limits(user=USER, account=account, gpu_minutes=5)  # a repeat
+        client.set_user_limits(user=USER, account=account, minutes=both)
+        client.set_user_limits(user=USER, account=account, minutes=both)  # a repeat
         limits = client.account_limits(account)
-        assert limits.user_gpu_minutes == {USER: 5}
-        assert limits.gpu_minutes is None  # the account's own is not the user's
+        assert (limits.user_gpu_minutes, limits.user_cpu_minutes) == ({USER: 5}, {USER: 700})
+        # the account's own are not the user's
+        assert (limits.gpu_minutes, limits.cpu_minutes) == (None, None)
+        # One TRES changed, the other kept.
+        client.set_user_limits(user=USER, account=account, minutes={"cpu": 701})
+        limits = client.account_limits(account)
+        assert (limits.user_gpu_minutes, limits.user_cpu_minutes) == ({USER: 5}, {USER: 701})
         wait_for(
             "each user's usage line",
-            lambda: set(client.minutes_used(account).users_gpu) == {USER, FORGER},
+            lambda: (
+                set(client.minutes_used(account).users_gpu) == {USER, FORGER}
+                and set(client.minutes_used(account).users_cpu) == {USER, FORGER}
+            ),
             timeout_s=15,
         )
-        client.set_user_limits(user=USER, account=account, gpu_minutes=None)
-        assert client.account_limits(account).user_gpu_minutes == {}
+        client.set_user_limits(user=USER, account=account, minutes={"gres/gpu": None, "cpu": None})
+        limits = client.account_limits(account)
+        assert (limits.user_gpu_minutes, limits.user_cpu_minutes) == ({}, {})
     finally:
         site.slurm.run("sacctmgr", "-i", "delete", "account", account)
 
