@@ -3,8 +3,9 @@
 ``/projects/<slug>/caps/`` is the allocation's caps: its PI and co-PIs see every
 member's cap, use and what is left, a member only their own; PUT and DELETE there set
 and lift the default of every member, under ``caps/<username>/`` one member's own cap.
-Only the PI and co-PIs change caps here (allocation managers use the console). Anyone
-not in the project gets a 404, as for the project itself.
+Only the PI and co-PIs change caps here (allocation managers use the console), never
+their own, nor a cap an allocation manager set (``cap_change_refusal``: a 403 that says
+why). Anyone not in the project gets a 404, as for the project itself.
 """
 
 from typing import Any
@@ -106,11 +107,15 @@ def _member(membership: Membership, username: str) -> User:
 
 _ERRORS = {
     "put": {
-        403: "permission_denied: only the project's PI and co-PIs set caps.",
+        403: "permission_denied: only the project's PI and co-PIs set caps; nobody sets "
+        "their own, and a cap an allocation manager set only a manager changes (the "
+        "message says which).",
         409: "no_active_allocation: the project has no active allocation on the cluster.",
     },
     "delete": {
-        403: "permission_denied: only the project's PI and co-PIs lift caps.",
+        403: "permission_denied: only the project's PI and co-PIs lift caps; nobody lifts "
+        "their own, and a cap an allocation manager set only a manager lifts (the message "
+        "says which).",
         409: "no_active_allocation: the project has no active allocation on the cluster.",
     },
     "get": {409: "no_active_allocation: the project has no active allocation on the cluster."},

@@ -36,7 +36,7 @@ from accounts.models import (
     User,
     Webhook,
 )
-from accounts.permissions import may_set_caps
+from accounts.permissions import cap_change_refusal, may_set_caps
 from accounts.webhooks import webhook_event
 from audit.models import AuditEvent
 from audit.services import audit_record
@@ -163,6 +163,52 @@ def _check_member(allocation: Allocation, user: User | None) -> None:
         )
 
 
+def cap_change_refusal_of(
+    actor: User, allocation: Allocation, user: User | None, gpu_seconds: int | None
+) -> str:
+    """Why ``actor`` may not set ``user``'s cap on the allocation to ``gpu_seconds`` (None:
+    lift it), as ``accounts.permissions.cap_change_refusal`` says; "" when they may. For
+    pages and the console to say so before they offer the change."""
+    caps = {
+        c.user_id: c
+        for c in MemberCap.objects.filter(allocation=allocation)
+        .filter(Q(user=user) | Q(user__isnull=True))
+        .select_related("set_by")
+    }
+    return cap_change_refusal(
+        actor,
+        project=allocation.project_id,
+        member=user,
+        cap=caps.get(user.pk if user else None),
+        default=caps.get(None),
+        gpu_seconds=gpu_seconds,
+    )
+
+
+def _check_change(
+    actor: User,
+    allocation: Allocation,
+    user: User | None,
+    cap: MemberCap | None,
+    gpu_seconds: int | None,
+) -> None:
+    default = (
+        cap
+        if user is None
+        else MemberCap.objects.filter(allocation=allocation, user__isnull=True).first()
+    )
+    refusal = cap_change_refusal(
+        actor,
+        project=allocation.project_id,
+        member=user,
+        cap=cap,
+        default=default,
+        gpu_seconds=gpu_seconds,
+    )
+    if refusal:
+        raise NotAllowed(refusal)
+
+
 def _audit(actor: User, action: str, cap: MemberCap, **detail: object) -> None:
     audit_record(
         actor=actor,
@@ -182,8 +228,9 @@ def member_cap_set(
     *, actor: User, allocation: Allocation, user: User | None, gpu_hours: float
 ) -> MemberCap:
     """Cap ``user``'s GPU-hours on the allocation (None: the default of every member);
-    by the project's PI or a co-PI or an allocation manager, never the member. Audited
-    (the old and new value); setting the same value again records nothing."""
+    by the project's PI or a co-PI or an allocation manager, never the member, and a cap
+    an allocation manager set only by another (``cap_change_refusal``). Audited (the old
+    and new value); setting the same value again records nothing."""
     if not may_set_caps(actor, allocation.project_id):
         raise NotAllowed(_("Only the project's PI and co-PIs and allocation managers set caps."))
     gpu_seconds = _checked_hours(gpu_hours)
@@ -192,6 +239,7 @@ def member_cap_set(
         # The allocation's row serialises changes of its caps with its holds.
         Allocation.objects.select_for_update().get(pk=allocation.pk)
         cap = MemberCap.objects.filter(allocation=allocation, user=user).first()
+        _check_change(actor, allocation, user, cap, gpu_seconds)
         was = cap.gpu_seconds if cap else None
         if cap is not None and was == gpu_seconds:
             return cap
@@ -211,12 +259,14 @@ def member_cap_set(
 
 
 def member_cap_clear(*, actor: User, allocation: Allocation, user: User | None) -> bool:
-    """Lift ``user``'s own cap (None: the default); True when there was one. Audited."""
+    """Lift ``user``'s own cap (None: the default); True when there was one. Who may is
+    as for ``member_cap_set``. Audited."""
     if not may_set_caps(actor, allocation.project_id):
         raise NotAllowed(_("Only the project's PI and co-PIs and allocation managers set caps."))
     with transaction.atomic():
         Allocation.objects.select_for_update().get(pk=allocation.pk)
         cap = MemberCap.objects.filter(allocation=allocation, user=user).first()
+        _check_change(actor, allocation, user, cap, None)
         if cap is None:
             return False
         _audit(actor, AuditEvent.Action.MEMBER_CAP_CLEAR, cap, was_gpu_hours=cap.gpu_hours)

@@ -9,9 +9,10 @@ here rather than spelling the roles out.
 from typing import Any
 
 from django.db.models import QuerySet
+from django.utils.translation import gettext as _
 
 from accounts.groups import ALLOCATION_MANAGERS
-from accounts.models import Membership, Project, User
+from accounts.models import MemberCap, Membership, Project, User
 
 LEAD_ROLES = (Membership.Role.PI, Membership.Role.CO_PI)
 
@@ -54,6 +55,53 @@ def leads_of(project_ids: set[int]) -> QuerySet[Membership]:
 
 
 def may_set_caps(user: User, project: Project | int) -> bool:
-    """Who caps a member's GPU-hours: the project's PI and co-PIs, and allocation
-    managers; never the member (accounts.caps)."""
+    """Who caps members' GPU-hours at all: the project's PI and co-PIs, and allocation
+    managers. Which caps each of them may change is ``cap_change_refusal``'s."""
     return is_lead(user, project) or is_allocation_manager(user)
+
+
+def cap_change_refusal(
+    actor: User,
+    *,
+    project: Project | int,
+    member: User | None,
+    cap: MemberCap | None,
+    default: MemberCap | None,
+    gpu_seconds: int | None,
+) -> str:
+    """Why ``actor`` may not set (to ``gpu_seconds``) or lift (None) the cap of ``member``
+    (None: the default of every member) on an allocation of ``project``; "" when they may.
+    ``cap`` is that cap as it is now, ``default`` the allocation's default (None: none).
+
+    Nobody changes their own cap. Only allocation managers change or lift a cap an
+    allocation manager set, or give a member more than a default one set (a member's
+    own cap wins over the default, so that would lift it for them); lifting a lead's own
+    cap for a member leaves the manager's default in force, and is the leads' to do."""
+    if not may_set_caps(actor, project):
+        return _("Only the project's PI and co-PIs and allocation managers set caps.")
+    if member is not None and member.pk == actor.pk:
+        return _(
+            "Nobody changes their own cap: another of the project's leads or an allocation "
+            "manager does."
+        )
+    if is_allocation_manager(actor):
+        return ""
+    if cap is not None and set_by_manager(cap):
+        return _("An allocation manager set this cap: only allocation managers change or lift it.")
+    if (
+        member is not None
+        and gpu_seconds is not None
+        and default is not None
+        and set_by_manager(default)
+        and gpu_seconds > default.gpu_seconds
+    ):
+        return _(
+            "An allocation manager set every member's default cap at %(cap)s GPU-hours: "
+            "only allocation managers give a member more."
+        ) % {"cap": f"{default.gpu_seconds / 3600:,g}"}
+    return ""
+
+
+def set_by_manager(cap: MemberCap) -> bool:
+    """Whether an allocation manager set the cap last (as they are now)."""
+    return cap.set_by is not None and is_allocation_manager(cap.set_by)

@@ -17,6 +17,7 @@ from django.views.decorators.http import require_POST
 from accounts.caps import (
     MAX_CAP_GPU_HOURS,
     allocation_standings,
+    cap_change_refusal_of,
     member_cap_clear,
     member_cap_set,
 )
@@ -178,7 +179,26 @@ def project_caps(request: HttpRequest, slug: str) -> HttpResponse:
             standings = [s for s in standings if s.user.pk == user.pk]
         # Read on its own: when every member has their own cap, no standing shows it.
         default = allocation.caps.filter(user__isnull=True).first()
-        views.append({"allocation": allocation, "standings": standings, "default": default})
+        views.append(
+            {
+                "allocation": allocation,
+                # Why the viewer may not lift each cap shown (their own, a manager's):
+                # the page offers no Lift there and says why.
+                "rows": [
+                    (
+                        s,
+                        cap_change_refusal_of(user, allocation, s.user, None)
+                        if leads and s.is_own_cap
+                        else "",
+                    )
+                    for s in standings
+                ],
+                "default": default,
+                "default_refusal": cap_change_refusal_of(user, allocation, None, None)
+                if leads and default
+                else "",
+            }
+        )
     context = {"project": project, "leads": leads, "views": views, "form": form}
     return render(request, "accounts/caps.html", context, status=400 if form.errors else 200)
 

@@ -76,13 +76,26 @@ def test_an_outsider_gets_a_404(client, charlie, project):
     assert client.post(url(project), {"lift": "*"}).status_code == 404
 
 
-def test_the_default_is_shown_when_every_member_has_their_own_cap(client, alice, bob, project):
-    client.force_login(alice)
+def test_the_default_is_shown_when_every_member_has_their_own_cap(
+    client, alice, bob, charlie, project
+):
+    from accounts.services import membership_set
+
+    # Nobody sets their own cap: charlie, a co-PI, caps alice, and she the others.
+    membership_set(project=project, user=charlie, role="co_pi")
     allocation = project.allocations.get()
-    for member, hours in (("*", "7"), ("alice", "30"), ("bob", "20")):
-        client.post(
+    for lead, member, hours in (
+        (alice, "*", "7"),
+        (charlie, "alice", "30"),
+        (alice, "bob", "20"),
+        (alice, "charlie", "10"),
+    ):
+        client.force_login(lead)
+        response = client.post(
             url(project), {"allocation": allocation.pk, "member": member, "gpu_hours": hours}
         )
+        assert response.status_code == 302
+    client.force_login(alice)
     page = client.get(url(project)).content.decode()
     assert "(default)" not in page  # nobody is under it, yet it is there to lift
     assert "Default for every member: 7 GPU-h" in " ".join(page.split())
