@@ -21,10 +21,13 @@ the adapter's whole read, the records it returns, and the bytes each read moved.
     .venv/bin/python bench/slurm_client.py [--cluster NAME] [--queued 1000] [--accounted 1000]
                                            [--repeat 7]
 
-Needs the dev stack and the demo data (`make up`, or `dev/stack start` and
-`manage.py seed_demo`). It leaves 1,000 finished jobs in each cluster's accounting
-(they are what it measures; a run within 6 hours of another submits none) and cancels
-the jobs it queued, whatever happens.
+Needs the dev stack (`make up`, or `dev/stack start`). Its jobs run as alice in an
+account of their own (``benchclient``), made on each cluster when it starts and removed
+when it ends: the demo data's limits (vision's MaxSubmitJobs of 1,000) and anyone's jobs
+in the queue neither stop it nor are touched by it. It leaves 1,000 finished jobs in
+each cluster's accounting (they are what it measures; a run within 6 hours of another
+submits none) and cancels every job of its account, whatever happens (a failure, a
+SIGTERM). It ends with one JSON line: each cluster's figures under its name.
 """
 
 import argparse
@@ -52,6 +55,7 @@ from django.conf import settings  # noqa: E402
 
 from bench import listing_before as before  # noqa: E402
 from bench.dev_clusters import DevCluster, dev_clusters  # noqa: E402
+from clusters.locks import association_changes  # noqa: E402
 from clusters.slurm.cli import sbatch_arguments  # noqa: E402
 from clusters.slurm.errors import SlurmError, SlurmOutputInvalid  # noqa: E402
 from clusters.slurm.jwt import mint_token  # noqa: E402
@@ -72,7 +76,8 @@ from clusters.slurm.types import (  # noqa: E402
     with_unstarted_ends,
 )
 
-USER, ACCOUNT = "alice", "vision"
+# A demo user, in an account of the bench's own: no project's limits apply to it.
+USER, ACCOUNT = "alice", "benchclient"
 QUEUED_NAME, ACCOUNTED_NAME = "bench-queued", "bench-accounted"
 
 
@@ -193,6 +198,47 @@ def prepare(target: DevCluster, queued: int, accounted: int, since: str) -> int:
     return blocker
 
 
+def account_add(target: DevCluster) -> None:
+    """The bench's account, and alice in it, on the cluster (as the portal's reconciler
+    changes associations: one writer at a time)."""
+    with association_changes(target.name):
+        for argv in (
+            ["sacctmgr", "-i", "add", "account", ACCOUNT, f"cluster={target.name}"],
+            ["sacctmgr", "-i", "add", "user", USER, f"account={ACCOUNT}", f"cluster={target.name}"],
+        ):
+            added = target.run(argv)
+            # sacctmgr says "Nothing new added" (exit 1) for what a stopped run left.
+            if added.returncode != 0 and "Nothing new added" not in added.stdout + added.stderr:
+                raise SystemExit(f"{target.name}: {' '.join(argv[:4])}: {added.stderr.strip()}")
+
+
+def account_remove(target: DevCluster) -> None:
+    """Cancel every job of the bench's account, then remove the account once none is
+    pending or running (Slurm refuses to remove one with active jobs, and slurmdbd learns
+    that they ended a little after squeue stops listing them); said, not raised, when it
+    cannot."""
+    target.run(["scancel", f"--account={ACCOUNT}"])
+    active = ["squeue", "--noheader", f"--account={ACCOUNT}", "--states=PD,R,CG,S", "--format=%i"]
+    deadline = time.monotonic() + 120
+    while target.run(active).stdout.split() and time.monotonic() < deadline:
+        time.sleep(1)
+    while True:
+        with association_changes(target.name):
+            removed = target.run(["sacctmgr", "-i", "delete", "account", ACCOUNT])
+        said = removed.stdout + removed.stderr
+        if "Job(s) active" not in said or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    if removed.returncode != 0 and "Nothing deleted" not in said:
+        message = (removed.stderr or removed.stdout).strip()
+        print(f"{target.name}: sacctmgr delete account {ACCOUNT}: {message}", file=sys.stderr)
+
+
+def stopped(signum: int, _frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.exit(f"stopped by signal {signum}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cluster", help="one dev cluster (default: each that runs)")
@@ -201,23 +247,28 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()
 
-    # A stopped run (SIGTERM) cancels its queued jobs too.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(f"stopped by signal {signal.SIGTERM}"))
+    # A stopped run (SIGTERM) cancels its jobs and removes its account too. A second TERM
+    # (timeout(1) sends one to the process and one to its group) must not cut that short.
+    signal.signal(signal.SIGTERM, stopped)
     window_start = dt.datetime.now(dt.UTC) - dt.timedelta(hours=6)
     since = window_start.strftime("%Y-%m-%dT%H:%M:%S")
+    every: dict[str, dict] = {}
     for target in dev_clusters(args.cluster):
         start_load = os.getloadavg()
         try:
+            account_add(target)
             blocker = prepare(target, args.queued, args.accounted, since)
             figures = measure(target, target.adapters(), blocker, window_start, since, args.repeat)
         finally:
-            target.output(["scancel", f"--name={QUEUED_NAME}"])
+            account_remove(target)
         load = os.getloadavg()
         figures["load_average_1min_start"], figures["load_average_1min_end"] = (
             start_load[0],
             load[0],
         )
         print_table(target, figures, args)
+        every[target.name] = {name: json_value(value) for name, value in figures.items()}
+    print(json.dumps(every))
 
 
 def sacct_argv(since: str, *selection: str, steps: bool = False) -> list[str]:
@@ -452,7 +503,6 @@ def print_table(target: DevCluster, figures: dict, args) -> None:
         if f"{scope}_raw_queue_ms" in figures:
             print()
             print_before_after(scope, title, figures)
-    print(json.dumps({name: json_value(value) for name, value in figures.items()}))
 
 
 def json_value(value: object) -> object:
