@@ -118,3 +118,47 @@ def _client_tools_errors(cluster) -> list[Error]:
             id="clusters.E006",
         )
     ]
+
+
+@register(Tags.security, Tags.database, deploy=True)
+def check_devices_constrained(app_configs, databases=None, **kwargs):
+    """Runs with ``manage.py check --deploy --database default``: asks each enabled
+    cluster's slurmctld (``scontrol show config``) whether jobs are confined to the GPUs
+    they were given; a cluster the adapter cannot ask (slurmrestd) is not judged."""
+    if not databases or "default" not in databases:
+        return []
+    from clusters.models import Cluster
+    from clusters.slurm import client_for
+    from clusters.slurm.errors import SlurmError
+
+    try:
+        clusters = list(Cluster.objects.filter(is_enabled=True))
+    except DatabaseError:
+        return []
+    warnings = []
+    for cluster in clusters:
+        try:
+            constrained = client_for(cluster, timeout_s=10).devices_constrained()
+        except SlurmError as error:
+            warnings.append(
+                Warning(
+                    f"Cluster {cluster.name!r}: could not read its configuration ({error}), "
+                    "so whether its jobs are confined to their GPUs is unknown.",
+                    hint="Run the check again once slurmctld answers.",
+                    id="clusters.W003",
+                )
+            )
+            continue
+        if constrained is False:
+            warnings.append(
+                Warning(
+                    f"Cluster {cluster.name!r} does not confine jobs to their devices: a job "
+                    "that asked for no GPU, billed at the CPU rate, can use every GPU of "
+                    "its node.",
+                    hint="Set TaskPlugin=task/cgroup (with ProctrackType=proctrack/cgroup) "
+                    "in slurm.conf and ConstrainDevices=yes in cgroup.conf "
+                    "(docs/DEPLOYMENT.md, 'GPUs a job may touch').",
+                    id="clusters.W002",
+                )
+            )
+    return warnings

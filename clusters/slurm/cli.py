@@ -38,6 +38,7 @@ from clusters.slurm.parsing import (
     SQUEUE_FORMAT,
     SQUEUE_TEXTS_FORMAT,
     SSHARE_FORMAT,
+    parse_devices_constrained,
     parse_sacct_stream,
     parse_sacctmgr_accounts,
     parse_sacctmgr_associations,
@@ -330,6 +331,9 @@ class CliClient:
         result = self._run(["scontrol", "--oneliner", "show", "nodes"])
         return parse_scontrol_nodes(result.stdout)
 
+    def devices_constrained(self) -> bool | None:
+        return parse_devices_constrained(self._run(["scontrol", "show", "config"]).stdout)
+
     def estimate_start(self, request: SubmitRequest) -> StartEstimate:
         result = self._run(
             ["sbatch", "--test-only", *sbatch_arguments(request)],
@@ -464,12 +468,17 @@ class CliClient:
                 raise
             self.account_limits(account)  # NotFound if there is no such account
 
-    def set_user_limits(self, *, user: str, account: str, gpu_minutes: int | None) -> None:
+    def set_user_limits(
+        self, *, user: str, account: str, minutes: Mapping[str, int | None]
+    ) -> None:
+        if not minutes:
+            return
+        tres = ",".join(f"{name}={_limit_value(value)}" for name, value in minutes.items())
         try:
             self._run(
                 ["sacctmgr", "--immediate", "modify", "user", "where", f"name={user}",
                  f"account={account}", f"cluster={self.cluster_name}", "set",
-                 f"GrpTRESMins=gres/gpu={_limit_value(gpu_minutes)}"]
+                 f"GrpTRESMins={tres}"]
             )  # fmt: skip
         except SlurmRejected as exc:
             # Already so, or no such association (only that is an error): 22.05 says

@@ -621,16 +621,17 @@ SSHARE_FORMAT = "--format=Account,User,GrpTRESRaw,NormShares,EffectvUsage"
 @reads_slurm_output
 def parse_sshare_account(text: str, account: str) -> MinutesUsed | None:
     """The account's own line of ``sshare --parsable2 SSHARE_FORMAT`` (not its users'):
-    raw usage in minutes and its fair-share standing, with each of its users' raw
-    GPU-minutes (``sshare --all`` lists them); None when the account is not listed."""
+    raw usage in minutes and its fair-share standing, with each of its users' raw GPU-
+    and CPU-minutes (``sshare --all`` lists them); None when the account is not listed."""
     own = None
-    users = {}
+    users, users_cpu = {}, {}
     for line in text.splitlines():
         fields = line.split("|")
         if len(fields) != 5 or fields[0].strip() != account:
             continue
         if fields[1]:
             users[fields[1]] = parse_tres_usage_minutes(fields[2], "gres/gpu")
+            users_cpu[fields[1]] = parse_tres_usage_minutes(fields[2], "cpu")
         elif own is None:
             own = fields
     if own is None:
@@ -641,6 +642,7 @@ def parse_sshare_account(text: str, account: str) -> MinutesUsed | None:
         share=_fraction(own[3]),
         usage=_fraction(own[4]),
         users_gpu=users,
+        users_cpu=users_cpu,
     )
 
 
@@ -686,7 +688,8 @@ def parse_sacctmgr_associations(text: str) -> dict[str, tuple[str, AccountLimits
     on one cluster. A user's association (any partition) counts the user once; the
     account's own association is the one without a user or partition."""
     users: dict[str, set[str]] = {}
-    user_limits: dict[str, dict[str, int | None]] = {}
+    # By account, each user's own (gres/gpu, cpu) GrpTRESMins.
+    user_limits: dict[str, dict[str, tuple[int | None, int | None]]] = {}
     own: dict[str, list[str]] = {}
     for line in text.splitlines():
         if not line.strip():
@@ -697,8 +700,11 @@ def parse_sacctmgr_associations(text: str) -> dict[str, tuple[str, AccountLimits
         if user:
             users[account].add(user)
             if not partition:
-                limit = parse_tres_limit(fields[4], "gres/gpu")
-                user_limits.setdefault(account, {})[user] = limit
+                limits = (
+                    parse_tres_limit(fields[4], "gres/gpu"),
+                    parse_tres_limit(fields[4], "cpu"),
+                )
+                user_limits.setdefault(account, {})[user] = limits
         elif not partition:
             own[account] = fields
     return {
@@ -708,7 +714,7 @@ def parse_sacctmgr_associations(text: str) -> dict[str, tuple[str, AccountLimits
 
 
 def _limits(
-    fields: list[str], users: set[str], user_limits: dict[str, int | None]
+    fields: list[str], users: set[str], user_limits: dict[str, tuple[int | None, int | None]]
 ) -> AccountLimits:
     tres_minutes, max_submit, grp_submit, grp_jobs = fields[4:8]
     return AccountLimits(
@@ -720,7 +726,8 @@ def _limits(
             "GrpSubmitJobs": parse_job_count(grp_submit),
             "GrpJobs": parse_job_count(grp_jobs),
         },
-        user_gpu_minutes={user: limit for user, limit in user_limits.items() if limit is not None},
+        user_gpu_minutes={user: gpu for user, (gpu, _) in user_limits.items() if gpu is not None},
+        user_cpu_minutes={user: cpu for user, (_, cpu) in user_limits.items() if cpu is not None},
     )
 
 
@@ -786,6 +793,20 @@ def gpus_by_type(gres: str) -> tuple[tuple[str, int], ...]:
 _NODE_KEY = re.compile(r"(?:^| )([A-Z][A-Za-z_]*)=")
 # scontrol prints a reason as "Reason=<text> [<who>@<when>]"; the text is anyone's words.
 _NODE_REASON = re.compile(r" Reason=(?P<reason>.*?) \[[^\]@ ]*@[^\] ]*\]")
+
+
+def parse_devices_constrained(config: str) -> bool:
+    """Whether ``scontrol show config`` says a job reaches only the GPUs it was given:
+    task/cgroup confines its processes and cgroup.conf's ``ConstrainDevices=yes`` its
+    devices. Without both, a job that asked for no GPU (and is billed at the CPU rate)
+    may open every GPU of its node. The configuration is the site's, not a user's."""
+    settings: dict[str, str] = {}
+    for line in config.splitlines():
+        key, equals, value = line.partition("=")
+        if equals:
+            settings.setdefault(key.strip().lower(), value.strip().lower())
+    plugins = settings.get("taskplugin", "").replace(",", " ").split()
+    return "task/cgroup" in plugins and settings.get("constraindevices") == "yes"
 
 
 @reads_slurm_output

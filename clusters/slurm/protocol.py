@@ -87,6 +87,10 @@ class SlurmClient(Protocol):
     def nodes(self) -> list[NodeInfo]:
         """Every node with its partitions, state, reason, GPUs and CPUs, in one call."""
 
+    def devices_constrained(self) -> bool | None:
+        """Whether a job reaches only the GPUs Slurm gave it (task/cgroup with
+        ``ConstrainDevices=yes``); None when the adapter cannot tell."""
+
     def estimate_start(self, request: SubmitRequest) -> StartEstimate:
         """When the job would start if submitted now (``--test-only``); submits nothing."""
 
@@ -103,12 +107,12 @@ class SlurmClient(Protocol):
 
     def account_limits(self, account: str) -> AccountLimits:
         """Who has an association under the account, the limits of the account's own
-        association and each user's own GPU-minutes limit, in one read; NotFound if Slurm
+        association and each user's own GPU- and CPU-minutes limits, in one read; NotFound if Slurm
         has no such account on this cluster."""
 
     def minutes_used(self, account: str) -> MinutesUsed:
         """The account's raw GPU and CPU usage in minutes, as Slurm counts it against its
-        limits, with each of its users' raw GPU-minutes; NotFound if there is no such
+        limits, with each of its users' raw GPU- and CPU-minutes; NotFound if there is no such
         account."""
 
     def remove_user_association(self, *, user: str, account: str) -> bool:
@@ -130,10 +134,13 @@ class SlurmClient(Protocol):
         by the names of ``AccountLimits`` (``MaxSubmitJobs`` and the ``job_counts``,
         ``GrpSubmitJobs`` and ``GrpJobs``). None removes a limit."""
 
-    def set_user_limits(self, *, user: str, account: str, gpu_minutes: int | None) -> None:
-        """Set the ``GrpTRESMins`` gres/gpu of the user's own association under the account
-        (a member's cap; None removes it), its other limits kept; NotFound if the user has
-        no association there."""
+    def set_user_limits(
+        self, *, user: str, account: str, minutes: Mapping[str, int | None]
+    ) -> None:
+        """Set the ``GrpTRESMins`` of the user's own association under the account (a
+        member's cap) by TRES name (``gres/gpu``, ``cpu``; None removes one), in one
+        change, the TRES not named and the other limits kept; NotFound if the user has no
+        association there."""
 
     def list_accounts(self) -> list[SlurmAccount]:
         """Every account with an association on this cluster but ``root``, by name, with

@@ -452,6 +452,10 @@ class RestClient:
     def nodes(self) -> list[NodeInfo]:
         return parse_nodes(self._call("GET", self._slurm("/nodes"), user=self.admin_user))
 
+    def devices_constrained(self) -> bool | None:
+        # slurmrestd has no call that reports slurm.conf's TaskPlugin or cgroup.conf.
+        return None
+
     def estimate_start(self, request: SubmitRequest) -> StartEstimate:
         # slurmrestd 22.05 has no will-run call: "test_only" is accepted in a
         # submission and ignored, so the job would really be queued. 24.11 (v0.0.40-42)
@@ -591,6 +595,13 @@ class RestClient:
                 and not a.get("partition")
                 and (limit := gpu_minutes_limit(a)) is not None
             },
+            user_cpu_minutes={
+                a["user"]: limit
+                for a in associations
+                if a.get("user")
+                and not a.get("partition")
+                and (limit := cpu_minutes_limit(a)) is not None
+            },
         )
 
     def remove_user_association(self, *, user: str, account: str) -> bool:
@@ -690,9 +701,15 @@ class RestClient:
         if not limits_hold(self._account_association_of(account), minutes=minutes, jobs=jobs):
             raise _cannot_change_account_limits(account, shown)
 
-    def set_user_limits(self, *, user: str, account: str, gpu_minutes: int | None) -> None:
-        minutes = {"gres/gpu": None if gpu_minutes is None else int(gpu_minutes)}
-        shown = f"GrpTRESMins=gres/gpu={-1 if gpu_minutes is None else gpu_minutes}"
+    def set_user_limits(
+        self, *, user: str, account: str, minutes: Mapping[str, int | None]
+    ) -> None:
+        minutes = {name: None if v is None else int(v) for name, v in minutes.items()}
+        if not minutes:
+            return
+        shown = "GrpTRESMins=" + ",".join(
+            f"{name}={-1 if v is None else v}" for name, v in minutes.items()
+        )
 
         def association() -> Json:
             found = next(

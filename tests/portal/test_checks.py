@@ -132,3 +132,44 @@ def test_letting_loopback_scrape_without_a_proxy_count_is_warned_in_production()
         assert "portal.W021" not in check_ids()
     with override_settings(METRICS_ALLOWED_NETWORKS=["10.0.0.0/8", "2001:db8::/32"]):
         assert "portal.W021" not in check_ids()
+
+
+@pytest.mark.django_db
+def test_a_cluster_that_does_not_confine_jobs_to_their_gpus_is_a_deploy_warning(
+    dev_cluster, next_cluster
+):
+    """The dev clusters run task/none (no cgroup delegation in the sandbox: see
+    dev/slurm/cgroup.conf.in), so a job without GPUs could open every GPU of its node:
+    ``check --deploy`` says so of each, through its own client tools."""
+    messages = [
+        m for m in checks.run_checks(databases=["default"], include_deployment_checks=True)
+        if m.id == "clusters.W002"
+    ]  # fmt: skip
+    assert sorted(m.msg.split("'")[1] for m in messages) == ["portal-dev", "portal-next"]
+    assert "ConstrainDevices=yes" in messages[0].hint
+    # Not a check of every run: without --deploy it asks no cluster.
+    assert "clusters.W002" not in check_ids(databases=["default"])
+
+
+CONFINED = """\
+TaskPlugin              = task/affinity,task/cgroup
+Cgroup Support Configuration:
+ConstrainCores          = yes
+ConstrainDevices        = yes
+"""
+
+
+@pytest.mark.parametrize(
+    ("config", "confined"),
+    [
+        (CONFINED, True),
+        (CONFINED.replace("ConstrainDevices        = yes", "ConstrainDevices        = no"), False),
+        (CONFINED.replace("task/affinity,task/cgroup", "task/affinity"), False),
+        ("TaskPlugin              = task/none\n", False),
+        ("", False),
+    ],
+)
+def test_devices_are_confined_only_with_task_cgroup_and_constrain_devices(config, confined):
+    from clusters.slurm.parsing import parse_devices_constrained
+
+    assert parse_devices_constrained(config) is confined
