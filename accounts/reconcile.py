@@ -9,9 +9,11 @@ the portal still covers, recomputed every run; it is never read back into the
 ledger. ``reconcile(..., dry_run=True)`` only reports.
 
 A member capped on the project's allocation (``accounts.caps``) gets the same kind of
-limit on their own association under the account: their raw GPU-minutes plus what the
-cap still covers, so plain ``sbatch`` by that member stops at the cap while teammates'
-work goes on; lifting the cap removes it.
+limits on their own association under the account: their raw GPU-minutes plus what the
+cap still covers at the cheapest GPU weight, and their raw CPU-minutes plus what it
+covers at the cheapest CPU-hour rate (as the account's ``cpu=``), so plain ``sbatch`` by
+that member stops at the cap, a CPU-only job too, while teammates' work goes on;
+lifting the cap removes both.
 
 A project with no active allocation on a cluster (it expired, was revoked, or
 the next one has not started) has its account's new work blocked
@@ -116,8 +118,9 @@ class Run:
 class Action:
     account: str
     # "add account", "add user", "remove user", "set limit" (GPU minutes),
-    # "set cpu limit", "set max submit jobs", "set user limit" (a member's cap, in GPU
-    # minutes on their own association), "block new work", "unblock new work"
+    # "set cpu limit", "set max submit jobs", "set user limit" and "set user cpu limit"
+    # (a member's cap, in GPU and CPU minutes on their own association), "block new
+    # work", "unblock new work"
     kind: str
     user: str = ""
     minutes: int | None = None  # the new value of a limit ("set …"): minutes, or jobs
@@ -132,10 +135,9 @@ class Action:
             return f"{self.account}: GrpTRESMins cpu {self.was} → {self.minutes}"
         if self.kind == "set max submit jobs":
             return f"{self.account}: MaxSubmitJobs {self.was} → {self.minutes}"
-        if self.kind == "set user limit":
-            return (
-                f"{self.account}: GrpTRESMins gres/gpu of {self.user} {self.was} → {self.minutes}"
-            )
+        if self.kind in _USER_MINUTES_LIMITS:
+            tres = _USER_MINUTES_LIMITS[self.kind]
+            return f"{self.account}: GrpTRESMins {tres} of {self.user} {self.was} → {self.minutes}"
         return f"{self.account}: {self.kind} {self.user}".rstrip()
 
 
@@ -295,9 +297,10 @@ def _plan_member_caps(
     members: set[str],
     prices: dict,
 ) -> list[Action]:
-    """Each member's own association limit: for a capped member their raw GPU-minutes so
-    far plus what the cap still covers (decay-safe, as the account's), removed when the
-    cap is lifted. Only members' associations: users an adoption kept are left alone."""
+    """Each member's own association limits: for a capped member their raw GPU-minutes
+    and CPU-minutes so far plus what the cap still covers in each (decay-safe, at the
+    cheapest weight and rate, as the account's), removed when the cap is lifted. Only
+    members' associations: users an adoption kept are left alone."""
     try:
         allocation = active_allocation(project=project, cluster=cluster)
     except NoActiveAllocation:
@@ -305,16 +308,24 @@ def _plan_member_caps(
     covering = member_caps_covering(allocation)
     actions = []
     for user in sorted(members):
-        limit = None
+        gpu_limit = cpu_limit = None
         if user in covering:
-            limit = gpu_minutes_limit_for(
+            gpu_limit = gpu_minutes_limit_for(
                 raw_used_minutes=used.users_gpu.get(user, 0),
                 covered_gpu_seconds=covering[user],
                 billing_weight=prices["weight"] or Decimal(1),
             )
-        was = state.user_gpu_minutes.get(user)
-        if limit != was:
-            actions.append(Action(account, "set user limit", user, minutes=limit, was=was))
+            cpu_limit = cpu_minutes_limit_for(
+                raw_used_minutes=used.users_cpu.get(user, 0),
+                covered_gpu_seconds=covering[user],
+                cpu_hour_rate=prices["rate"] or DEFAULT_CPU_HOUR_RATE,
+            )
+        for kind, limit, was in (
+            ("set user limit", gpu_limit, state.user_gpu_minutes.get(user)),
+            ("set user cpu limit", cpu_limit, state.user_cpu_minutes.get(user)),
+        ):
+            if limit != was:
+                actions.append(Action(account, kind, user, minutes=limit, was=was))
     return actions
 
 
@@ -371,8 +382,10 @@ def _plan_blocked_project(run: Run, project: Project) -> list[Action]:
     return plan_new_work(account, current, allowed=False)
 
 
-# The limit each "set …" action changes, by the name ``set_account_limits`` takes.
+# The limit each "set …" action changes, by the name ``set_account_limits`` (and for a
+# member's own association ``set_user_limits``) takes.
 _MINUTES_LIMITS = {"set limit": "gres/gpu", "set cpu limit": "cpu"}
+_USER_MINUTES_LIMITS = {"set user limit": "gres/gpu", "set user cpu limit": "cpu"}
 
 
 def _apply(run: Run, project: Project, actions: list[Action]) -> None:
@@ -381,6 +394,7 @@ def _apply(run: Run, project: Project, actions: list[Action]) -> None:
     client = run.client
     minutes: dict[str, int | None] = {}
     jobs: dict[str, int | None] = {}
+    user_minutes: dict[str, dict[str, int | None]] = {}
     for action in actions:
         if action.kind == "add account":
             client.ensure_account(
@@ -394,12 +408,14 @@ def _apply(run: Run, project: Project, actions: list[Action]) -> None:
             minutes[_MINUTES_LIMITS[action.kind]] = action.minutes
         elif action.kind == "set max submit jobs":
             jobs["MaxSubmitJobs"] = action.minutes
-        elif action.kind == "set user limit":
-            client.set_user_limits(
-                user=action.user, account=action.account, gpu_minutes=action.minutes
-            )
+        elif action.kind in _USER_MINUTES_LIMITS:
+            tres = _USER_MINUTES_LIMITS[action.kind]
+            user_minutes.setdefault(action.user, {})[tres] = action.minutes
         elif action.kind in ("block new work", "unblock new work"):
             jobs.update(action.job_limits)
+    for user, limits in user_minutes.items():
+        # A member's GPU and CPU minutes in one change: never one without the other.
+        client.set_user_limits(user=user, account=project.slurm_account, minutes=limits)
     if minutes or jobs:
         client.set_account_limits(project.slurm_account, minutes=minutes, jobs=jobs)
 

@@ -697,15 +697,23 @@ def _tres_name(item: Json) -> str:
 def minutes_used(payload: Json, account: str) -> MinutesUsed | None:
     """``GET /slurm/{v}/shares`` (v0.0.40+): the account's raw GPU and CPU usage in whole
     minutes, as sshare's GrpTRESRaw prints it (``tres.usage`` is in TRES-seconds), with
-    each of its users' GPU-minutes (their shares are of type USER, named for the user,
+    each of its users' GPU- and CPU-minutes (their shares are of type USER, named for the user,
     the account their parent); None when the answer has no such account."""
     shares = (payload.get("shares") or {}).get("shares") or []
-    users = {
-        str(share.get("name")): int(float(_usage(share).get("gres/gpu") or 0) // 60)
+    user_shares = [
+        share
         for share in shares
         if share.get("parent") == account
         and "USER" in {str(t).upper() for t in share.get("type") or []}
         and not share.get("partition")
+    ]
+    users = {
+        str(share.get("name")): int(float(_usage(share).get("gres/gpu") or 0) // 60)
+        for share in user_shares
+    }
+    users_cpu = {
+        str(share.get("name")): int(float(_usage(share).get("cpu") or 0) // 60)
+        for share in user_shares
     }
     for share in shares:
         types = {str(t).upper() for t in share.get("type") or []}
@@ -718,6 +726,7 @@ def minutes_used(payload: Json, account: str) -> MinutesUsed | None:
             share=_share_number(share.get("shares_normalized")),
             usage=_share_number(share.get("effective_usage")),
             users_gpu=users,
+            users_cpu=users_cpu,
         )
     return None
 

@@ -159,9 +159,10 @@ class AccountLimits:
     # GrpSubmitJobs (queued or running at once: 0 refuses every sbatch) and GrpJobs
     # (running at once: 0 starts none of those queued), by those names.
     job_counts: dict[str, int | None]
-    # Each user's own association's GrpTRESMins gres/gpu under the account (a member's
-    # cap, accounts.caps), by user; a user without one is absent or None.
+    # Each user's own association's GrpTRESMins gres/gpu and cpu under the account (a
+    # member's cap, accounts.caps), by user; a user without one is absent or None.
     user_gpu_minutes: dict[str, int | None] = field(default_factory=dict)
+    user_cpu_minutes: dict[str, int | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -191,9 +192,10 @@ class MinutesUsed:
     # (decayed) usage it had. None where Slurm did not say.
     share: float | None = None
     usage: float | None = None
-    # Each user's raw GPU-minutes under the account (sshare's user lines), by user: what
-    # a member's own GrpTRESMins counts against.
+    # Each user's raw GPU- and CPU-minutes under the account (sshare's user lines), by
+    # user: what a member's own GrpTRESMins counts against.
     users_gpu: dict[str, int] = field(default_factory=dict)
+    users_cpu: dict[str, int] = field(default_factory=dict)
 
 
 class NodeInfo(NamedTuple):

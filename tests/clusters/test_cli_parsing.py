@@ -500,14 +500,15 @@ def test_an_accounts_usage_and_fair_share_standing_come_from_its_own_sshare_line
 
 
 @pytest.mark.parametrize("version", ["22.05", "24.11"])
-def test_each_users_raw_gpu_minutes_come_from_the_user_lines_of_sshare_all(version):
+def test_each_users_raw_gpu_and_cpu_minutes_come_from_the_user_lines_of_sshare_all(version):
     used = parse_sshare_account(recorded(f"sshare-all-{version}.txt"), "contract")
     assert used is not None
     assert used.gpu == 2 and used.users_gpu == {"alice": 2, "bob": 0}
+    assert used.users_cpu == {"alice": 1, "bob": 0}
     assert parse_sshare_account(recorded(f"sshare-shares-{version}.txt"), "vision").users_gpu == {}
 
 
-def test_a_users_own_gpu_minutes_limit_comes_from_their_association():
+def test_a_users_own_gpu_and_cpu_minutes_limits_come_from_their_association():
     text = (
         "vision|||root|gres/gpu=600|||\n"
         "vision|alice|||cpu=5,gres/gpu=7|||\n"
@@ -518,6 +519,7 @@ def test_a_users_own_gpu_minutes_limit_comes_from_their_association():
     assert parent == "root" and limits.gpu_minutes == 600
     assert limits.users == ("alice", "bob", "carol")
     assert limits.user_gpu_minutes == {"alice": 7}
+    assert limits.user_cpu_minutes == {"alice": 5}
 
 
 def test_array_ids_and_exit_codes():

@@ -701,7 +701,7 @@ def test_usage_is_read_from_shares_in_whole_minutes(version):
     payload = recorded_next("shares", version)
     # contract's cpu usage is 10.999884 cpu-seconds: sshare's GrpTRESRaw says cpu=0.
     assert minutes_used(payload, "contract") == MinutesUsed(
-        gpu=0, cpu=0, share=0.5, usage=0.0, users_gpu={"alice": 0}
+        gpu=0, cpu=0, share=0.5, usage=0.0, users_gpu={"alice": 0}, users_cpu={"alice": 0}
     )
     share = next(s for s in payload["shares"]["shares"] if s["name"] == "contract")
     for item in share["tres"]["usage"]:
@@ -709,9 +709,9 @@ def test_usage_is_read_from_shares_in_whole_minutes(version):
     # A member's own usage (their share is of type USER, the account its parent).
     alice = next(s for s in payload["shares"]["shares"] if s["name"] == "alice")
     for item in alice["tres"]["usage"]:
-        item["value"] = {"gres/gpu": 180.0}.get(item["name"], item["value"])
+        item["value"] = {"gres/gpu": 180.0, "cpu": 600.0}.get(item["name"], item["value"])
     assert minutes_used(payload, "contract") == MinutesUsed(
-        gpu=1, cpu=121, share=0.5, usage=0.0, users_gpu={"alice": 3}
+        gpu=1, cpu=121, share=0.5, usage=0.0, users_gpu={"alice": 3}, users_cpu={"alice": 10}
     )
     assert minutes_used(payload, "alice") is None  # a user's share is not an account's
     assert minutes_used(payload, "no-such-account") is None
