@@ -322,7 +322,8 @@ def _user_by_login(person: Person) -> User | None:
                 "and the portal does not link it by itself; ask an allocation manager to "
                 "link it."
             ),
-            f"the user {user.username!r} {why}; a manager links it: manage.py identity_link "
+            f"the user {user.username!r} {why}; a manager links it in the console (External "
+            f"identities: subject {person.subject!r}) or with manage.py identity_link "
             f"{user.username} --source {person.source} --subject {person.subject} --by <manager>",
         )
     return user
@@ -350,26 +351,32 @@ def _privilege(user: User) -> str:
     return ""
 
 
-def identity_link(
-    *, actor: User, user: User, source: str, subject: str, issuer: str = "", login: str = ""
-) -> ExternalIdentity:
-    """``actor`` says that whoever signs in as ``subject`` at the directory or provider
-    (``source``; ``issuer``: the configured one) is ``user``: how the accounts a sign-in
-    never takes by itself are linked. A manager links ordinary accounts and their own;
-    another privileged account, or a superuser's, only a superuser. Audited; a repeat
-    has no second effect. NotAllowed or Refused (the message says why)."""
-    source = ExternalIdentity.Source(source)
-    issuer = issuer or (
-        settings.LDAP_URL if source == ExternalIdentity.Source.LDAP else settings.OIDC_ISSUER
-    )
-    if not (issuer and subject.strip()):
-        raise Refused(_("Name the identity to link: its source, issuer and subject."))
+def may_link(*, actor: User, user: User) -> None:
+    """NotAllowed unless ``actor`` may link a sign-in to ``user``'s account: allocation
+    managers link ordinary accounts and their own; another privileged account, or a
+    superuser's, only a superuser (a manager never makes a way into another's rights)."""
     if not is_allocation_manager(actor):
         raise NotAllowed(_("Only allocation managers link sign-ins to accounts."))
     if _privilege(user) and not actor.is_superuser and (user.pk != actor.pk or user.is_superuser):
         raise NotAllowed(
             _("Only a superuser links a sign-in to another privileged account, or a superuser's.")
         )
+
+
+def identity_link(
+    *, actor: User, user: User, source: str, subject: str, issuer: str = "", login: str = ""
+) -> ExternalIdentity:
+    """``actor`` says that whoever signs in as ``subject`` at the directory or provider
+    (``source``; ``issuer``: the configured one) is ``user``: how the accounts a sign-in
+    never takes by itself are linked (by ``may_link``'s rule). Audited; a repeat has no
+    second effect. NotAllowed or Refused (the message says why)."""
+    source = ExternalIdentity.Source(source)
+    issuer = issuer or (
+        settings.LDAP_URL if source == ExternalIdentity.Source.LDAP else settings.OIDC_ISSUER
+    )
+    if not (issuer and subject.strip()):
+        raise Refused(_("Name the identity to link: its source, issuer and subject."))
+    may_link(actor=actor, user=user)
     with transaction.atomic():
         identity = (
             ExternalIdentity.objects.select_for_update()

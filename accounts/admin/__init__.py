@@ -5,4 +5,4 @@ admin log (LogEntry) records who changed what and, where a reason is asked, why.
 """
 
 # Each module registers its models with the console.
-from accounts.admin import adoption, allocations, caps, people, projects  # noqa: F401
+from accounts.admin import adoption, allocations, caps, identities, people, projects  # noqa: F401

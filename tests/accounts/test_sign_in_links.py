@@ -174,3 +174,41 @@ def test_only_a_superuser_links_another_privileged_account_and_a_researcher_none
     assert AuditEvent.objects.filter(action=AuditEvent.Action.USER_IDENTITY_LINK).count() == 2
     with pytest.raises(CommandError, match="No portal account is named 'nobody'"):
         call_command("identity_link", "nobody", source="oidc", subject="u-x", by="manny")
+
+
+def test_a_manager_links_a_sign_in_in_the_console_and_a_researcher_cannot(client, manny):
+    admin = local("admin", kind="superuser")
+    pat = local("pat", kind="staff")
+    form = {"source": "oidc", "issuer": settings.OIDC_ISSUER, "subject": "u-pat", "login": ""}
+
+    client.force_login(local("alice", posix_username="alice"))  # no console at all
+    assert client.get("/admin/accounts/externalidentity/add/")["Location"].startswith(
+        "/admin/login/"
+    )
+    client.force_login(pat)  # staff, not a manager
+    assert client.get("/admin/accounts/externalidentity/add/").status_code == 403
+
+    client.force_login(manny)
+    add = client.get("/admin/accounts/externalidentity/add/")
+    assert add.status_code == 200
+    assert f'value="{settings.OIDC_ISSUER}"' in add.content.decode()
+    refused = client.post("/admin/accounts/externalidentity/add/", {**form, "user": admin.pk})
+    assert refused.status_code == 200
+    assert "Only a superuser links a sign-in to another privileged account" in (
+        refused.content.decode().replace("&#x27;", "'")
+    )
+    assert not ExternalIdentity.objects.exists()
+
+    client.force_login(admin)
+    done = client.post("/admin/accounts/externalidentity/add/", {**form, "user": pat.pk})
+    assert done.status_code == 302
+    assert ExternalIdentity.objects.get().user == pat
+    event = AuditEvent.objects.get(action=AuditEvent.Action.USER_IDENTITY_LINK)
+    assert (event.actor, event.detail["subject"]) == (admin, "u-pat")
+    again = client.post("/admin/accounts/externalidentity/add/", {**form, "user": manny.pk})
+    assert again.status_code == 200  # the subject is pat's: not moved
+    assert ExternalIdentity.objects.get().user == pat
+    link = f"/admin/accounts/externalidentity/{pat.identities.get().pk}/change/"
+    assert "u-pat" in client.get(link).content.decode()  # to read, never to change
+    assert client.post(link, {**form, "user": manny.pk}).status_code == 403
+    assert ExternalIdentity.objects.get().user == pat
