@@ -33,6 +33,7 @@ from django.utils import timezone
 
 from accounts.caps import member_cap_set
 from accounts.groups import ALLOCATION_MANAGERS
+from accounts.identity import identity_link
 from accounts.ledger import (
     allocation_adjust,
     allocation_expire,
@@ -186,6 +187,8 @@ def build_world() -> World:
         "tiny": _grant(projects["crawl-tiny"], cluster, gpu_hours=1000),
     }
     manager = users[MANAGER]
+    # A sign-in a superuser linked to the manager's account by hand (issue 34).
+    identity_link(actor=users[SUPERUSER], user=manager, source="oidc", subject="crawl-sub")
     # Tiny: 1,000 GPU-h with one job's 0.001 GPU-h charged and nothing else, as a new
     # user's first job left it. At that rate the run-out day lies past the year 9999:
     # the dashboard's burn-down answered 500 (issue 17).
