@@ -31,6 +31,7 @@ from django.conf import settings
 from django.test import Client
 
 from accounts.models import ExternalIdentity, PersonalAccessToken, User
+from accounts.oidc import claim_verified, scopes_not_granted
 from tests.accounts.test_sign_in_cli import confirm_on_the_provider
 from tests.accounts.test_sign_in_oidc import (
     portal,
@@ -304,3 +305,23 @@ def test_a_sign_in_without_an_address_is_refused_though_every_scope_was_granted(
     assert answer.status_code == 403
     assert answer.json()["error"]["message"].startswith(NO_ADDRESS)
     assert not User.objects.exists()
+
+
+# --- how the provider's words are read (pure logic) ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("said", "verified"),
+    [({}, True), ({"email_verified": True}, True), ({"email_verified": " TRUE "}, True)]
+    + [({"email_verified": v}, False) for v in (False, "false", 1, None, "yes", [])],
+)
+def test_an_address_is_unverified_whenever_the_provider_says_anything_but_true(said, verified):
+    assert claim_verified({"email": "a@b", **said}, "email") is verified
+
+
+def test_a_token_answer_without_scope_grants_what_was_asked_and_a_garbled_one_nothing():
+    assert scopes_not_granted(None) == frozenset()
+    assert scopes_not_granted(FULL) == frozenset()
+    assert scopes_not_granted(f"{FULL} offline_access") == frozenset()
+    assert scopes_not_granted("openid posix") == {"email", "profile", "groups"}
+    assert scopes_not_granted(["openid"]) == set(FULL.split())
