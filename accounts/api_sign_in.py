@@ -99,7 +99,9 @@ class TokenFromSignIn(APIView):
             401: "sign_in_invalid: the ID token is not the provider's for the command line, "
             "has expired or was used already; sign in again.",
             403: "permission_denied: the sign-in is refused (the message says why: a Unix "
-            "login that cannot run jobs, an account disabled in the directory…).",
+            "login that cannot run jobs, an account disabled in the directory, no verified "
+            "e-mail address to find the person in the directory by, a portal account the "
+            "sign-in does not take by itself…).",
             409: "too_many_tokens: you have as many live tokens as allowed; revoke one first.",
         }
     }
