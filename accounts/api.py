@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any, cast
 
 from django.conf import settings
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import exceptions, serializers, status
 from rest_framework.authentication import SessionAuthentication
@@ -43,6 +44,7 @@ from accounts.selectors import (
     Balance,
     allocation_balance,
     allocation_requests_for,
+    is_in_force,
     memberships_of_user,
     project_usage,
 )
@@ -70,14 +72,20 @@ class BalanceSerializer(serializers.Serializer):
 
 def balance_of(allocations: Iterable[Allocation]) -> dict[str, float]:
     """The project balance (accounts.selectors.project_balance) from rows already loaded:
-    the sum over the active allocations."""
-    active = [a for a in allocations if a.state == Allocation.State.ACTIVE]
+    the sum over the allocations in force today."""
+    today = timezone.localdate()
+    active = [a for a in allocations if is_in_force(a, on=today)]
     totals = {field: sum(getattr(a, field) for a in active) for field in BALANCE_FIELDS}
     return Balance(**totals).as_gpu_hours()
 
 
 class AllocationSerializer(serializers.ModelSerializer):
     cluster = related("name")
+    in_force = serializers.SerializerMethodField(
+        help_text="Whether it pays for work today: active and within its period. An active "
+        "allocation whose period starts later is granted, not yet available (no job or "
+        "Slurm limit uses it before starts_on)."
+    )
     granted_gpu_hours = serializers.SerializerMethodField()
     used_gpu_hours = serializers.SerializerMethodField()
     held_gpu_hours = serializers.SerializerMethodField()
@@ -91,11 +99,15 @@ class AllocationSerializer(serializers.ModelSerializer):
             "state",
             "starts_on",
             "ends_on",
+            "in_force",
             "granted_gpu_hours",
             "used_gpu_hours",
             "held_gpu_hours",
             "available_gpu_hours",
         ]
+
+    def get_in_force(self, allocation: Allocation) -> bool:
+        return is_in_force(allocation)
 
     def _hours(self, allocation: Allocation, name: str) -> float:
         return allocation_balance(allocation).as_gpu_hours()[name]
@@ -122,7 +134,8 @@ class ProjectSerializer(serializers.Serializer):
     description = serializers.CharField(source="project.description")
     role = serializers.ChoiceField(choices=Membership.Role.choices, help_text="Your role.")
     balance = serializers.SerializerMethodField(
-        help_text="The sum over the project's active allocations."
+        help_text="The sum over the project's allocations in force today (one whose "
+        "period starts later is not in it)."
     )
     allocations = AllocationSerializer(source="project.allocations.all", many=True)
 

@@ -14,6 +14,7 @@ from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
 
 from accounts.models import Allocation, available_gpu_seconds
+from accounts.selectors import in_force
 
 LOGIN_FAILURES = Counter(
     "portal_login_failures",
@@ -59,14 +60,15 @@ def ledger_metric_families() -> list[GaugeMetricFamily]:
     totals = {
         name: GaugeMetricFamily(f"portal_allocation_{name}_gpu_hours", text, labels=labels)
         for name, text in (
-            ("granted", "GPU-hours granted to an active allocation (grants and adjustments)."),
-            ("used", "GPU-hours charged to an active allocation."),
-            ("held", "GPU-hours an active allocation holds for jobs not yet charged."),
-            ("available", "GPU-hours of an active allocation that new jobs can still use."),
+            ("granted", "GPU-hours granted to an allocation in force (grants and adjustments)."),
+            ("used", "GPU-hours charged to an allocation in force."),
+            ("held", "GPU-hours an allocation in force holds for jobs not yet charged."),
+            ("available", "GPU-hours of an allocation in force that new jobs can still use."),
         )
     }
+    # In force only: a grant whose period starts later is available to nobody yet.
     active = (
-        Allocation.objects.filter(state=Allocation.State.ACTIVE)
+        Allocation.objects.filter(in_force())
         .select_related("project", "cluster")
         .only(
             "project__slug",

@@ -15,8 +15,10 @@ covers at the cheapest CPU-hour rate (as the account's ``cpu=``), so plain ``sba
 that member stops at the cap, a CPU-only job too, while teammates' work goes on;
 lifting the cap removes both.
 
-A project with no active allocation on a cluster (it expired, was revoked, or
-the next one has not started) has its account's new work blocked
+Only allocations in force count (``accounts.selectors.in_force``): a grant for
+next year raises no limit this year; the first run on its first day does. A project
+with no allocation in force on a cluster (it expired, was revoked, or the next one has
+not started) has its account's new work blocked
 (``plan_new_work``): Slurm refuses new submissions and starts none of the
 queued jobs, while running jobs go on to the end (lowering ``GrpTRESMins``
 instead would have Slurm kill them). An active allocation lifts the block.
@@ -62,8 +64,13 @@ from django.utils import timezone
 
 from accounts.caps import member_caps_covering
 from accounts.errors import NoActiveAllocation
-from accounts.models import AdoptedAccount, Allocation, Project, ReconcileReport
-from accounts.selectors import active_allocation, max_submit_jobs_for, project_balance
+from accounts.models import AdoptedAccount, Project, ReconcileReport
+from accounts.selectors import (
+    active_allocation,
+    in_force,
+    max_submit_jobs_for,
+    project_balance,
+)
 from clusters.locks import LockTimeout, association_changes
 from clusters.models import DEFAULT_CPU_HOUR_RATE, Cluster
 from clusters.slurm import NotFound, SlurmClient, SlurmError, client_for
@@ -179,14 +186,10 @@ def cpu_minutes_limit_for(
 
 
 def projects_to_reconcile(cluster: Cluster) -> list[Project]:
-    today = timezone.localdate()
+    """The projects with an allocation in force on the cluster today: a grant counts from
+    its first day, so every run (beat's, every few minutes) raises a limit on that day."""
     return list(
-        Project.objects.filter(
-            allocations__cluster=cluster,
-            allocations__state=Allocation.State.ACTIVE,
-            allocations__starts_on__lte=today,
-            allocations__ends_on__gt=today,
-        )
+        Project.objects.filter(in_force(prefix="allocations__"), allocations__cluster=cluster)
         .distinct()
         .order_by("slug")
     )

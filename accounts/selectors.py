@@ -77,13 +77,58 @@ class Balance:
         }
 
 
+def in_force(*, on: dt.date | None = None, prefix: str = "") -> Q:
+    """The allocations that pay for work on a day (today unless given): active, begun and
+    not ended. The one definition of when a grant counts: in every "available" figure,
+    for new jobs and in Slurm's limits (the reconciler raises them on the first day). An
+    active allocation that has not begun is granted, not available: pages say when it
+    starts. ``prefix`` reaches allocations through a relation (``"allocations__"``)."""
+    day = on or timezone.localdate()
+    return Q(
+        **{
+            f"{prefix}state": Allocation.State.ACTIVE,
+            f"{prefix}starts_on__lte": day,
+            f"{prefix}ends_on__gt": day,
+        }
+    )
+
+
+def is_in_force(allocation: Allocation, *, on: dt.date | None = None) -> bool:
+    """``in_force`` of one allocation already loaded."""
+    day = on or timezone.localdate()
+    return (
+        allocation.state == Allocation.State.ACTIVE
+        and allocation.starts_on <= day < allocation.ends_on
+    )
+
+
+def is_upcoming(allocation: Allocation, *, on: dt.date | None = None) -> bool:
+    """Granted and active, but its period begins after the day (today unless given)."""
+    day = on or timezone.localdate()
+    return allocation.state == Allocation.State.ACTIVE and allocation.starts_on > day
+
+
+def allocation_status(allocation: Allocation, *, on: dt.date | None = None) -> str:
+    """The allocation's state in words, as pages and the console show it: an active one
+    "starts on …" until its first day and has "ended on …" after its last (until the
+    hourly expiry lapses it), so nobody takes a grant for next year as spendable now."""
+    day = on or timezone.localdate()
+    if allocation.state == Allocation.State.ACTIVE:
+        if allocation.starts_on > day:
+            return _("Starts on %(day)s") % {"day": date_format(allocation.starts_on)}
+        if allocation.ends_on <= day:
+            return _("Ended on %(day)s") % {"day": date_format(allocation.ends_on)}
+    return str(allocation.get_state_display())
+
+
 def allocation_balance(allocation: Allocation) -> Balance:
     return Balance(**{field: getattr(allocation, field) for field in BALANCE_FIELDS})
 
 
 def project_balance(project: Project, *, cluster: Cluster | None = None) -> Balance:
-    """The sum over the project's active allocations (on one cluster if given)."""
-    allocations = Allocation.objects.filter(project=project, state=Allocation.State.ACTIVE)
+    """The sum over the project's allocations in force today (on one cluster if given):
+    a grant that has not begun is not in it."""
+    allocations = Allocation.objects.filter(in_force(), project=project)
     if cluster is not None:
         allocations = allocations.filter(cluster=cluster)
     totals = allocations.aggregate(**{field: Sum(field) for field in BALANCE_FIELDS})
@@ -138,10 +183,21 @@ def project_usage(project: Project, *, group_by: str) -> list[tuple[object, floa
     return [(row[key], -row["used"] / 3600) for row in rows]
 
 
-def project_active_allocations(project: Project) -> QuerySet[Allocation]:
-    """The project's active allocations with their clusters, the soonest to end first."""
+def project_upcoming_allocations(project: Project) -> QuerySet[Allocation]:
+    """The project's granted allocations that have not begun, the soonest first."""
     return (
-        Allocation.objects.filter(project=project, state=Allocation.State.ACTIVE)
+        Allocation.objects.filter(
+            project=project, state=Allocation.State.ACTIVE, starts_on__gt=timezone.localdate()
+        )
+        .select_related("cluster")
+        .order_by("starts_on", "cluster__name")
+    )
+
+
+def project_active_allocations(project: Project) -> QuerySet[Allocation]:
+    """The project's allocations in force with their clusters, the soonest to end first."""
+    return (
+        Allocation.objects.filter(in_force(), project=project)
         .select_related("cluster")
         .order_by("ends_on", "cluster__name")
     )
@@ -244,10 +300,7 @@ def account_listings() -> list[tuple[Cluster, SlurmAccountListing | None, list[L
 
 def active_allocations(project: Project, *, on: dt.date | None = None) -> QuerySet[Allocation]:
     """The allocations that pay for the project's work on a day, one per cluster at most."""
-    day = on or timezone.localdate()
-    return Allocation.objects.filter(
-        project=project, state=Allocation.State.ACTIVE, starts_on__lte=day, ends_on__gt=day
-    )
+    return Allocation.objects.filter(in_force(on=on), project=project)
 
 
 def active_allocation(
@@ -256,13 +309,7 @@ def active_allocation(
     """The allocation that pays for the project's work on the cluster on a day."""
     day = on or timezone.localdate()
     allocation = (
-        Allocation.objects.filter(
-            project=project,
-            cluster=cluster,
-            state=Allocation.State.ACTIVE,
-            starts_on__lte=day,
-            ends_on__gt=day,
-        )
+        Allocation.objects.filter(in_force(on=day), project=project, cluster=cluster)
         .order_by("ends_on")
         .first()
     )

@@ -61,16 +61,24 @@ def cmd_login(args: argparse.Namespace, session: Session) -> int:
     return Exit.OK
 
 
+def _in_force(allocation: dict) -> bool:
+    # A portal before "in_force" counted every active allocation.
+    return bool(allocation.get("in_force", allocation.get("state") == "active"))
+
+
 def cmd_projects(args: argparse.Namespace, session: Session) -> int:
-    """One row per active allocation (a project has one per cluster); a project without
-    one shows its (zero) balance once, with no cluster."""
+    """One row per allocation in force (a project has one per cluster); a project without
+    one shows its (zero) balance once, with no cluster. One granted for a later period
+    follows, its hours granted but none available before it starts."""
     projects = session.api.get("projects/")
     if args.json:
         out(as_json(projects))
         return Exit.OK
     rows = []
     for project in projects:
-        active = [a for a in project.get("allocations", []) if a.get("state") == "active"]
+        allocations = project.get("allocations", [])
+        active = [a for a in allocations if _in_force(a)]
+        upcoming = [a for a in allocations if a.get("state") == "active" and not _in_force(a)]
         for balance in active or [{**project["balance"], "cluster": "-"}]:
             rows.append(
                 (
@@ -82,6 +90,19 @@ def cmd_projects(args: argparse.Namespace, session: Session) -> int:
                     hours(balance["used_gpu_hours"]),
                     hours(balance["held_gpu_hours"]),
                     hours(balance["available_gpu_hours"]),
+                )
+            )
+        for later in upcoming:
+            rows.append(
+                (
+                    project["slug"],
+                    project["name"],
+                    project["role"],
+                    later["cluster"],
+                    hours(later["granted_gpu_hours"]),
+                    "-",
+                    "-",
+                    f"from {later['starts_on']}",
                 )
             )
     if not rows:

@@ -26,6 +26,8 @@ from accounts.selectors import (
     Balance,
     allocation_balance,
     allocation_daily_usage,
+    is_in_force,
+    is_upcoming,
     memberships_of_user,
     project_balance,
     project_usage,
@@ -99,14 +101,22 @@ def home(request: HttpRequest) -> HttpResponse:
     """The dashboard: each project's balance and burn-down, my queued and recent jobs."""
     user = _user(request)
     memberships = list(memberships_of_user(user))
+    today = timezone.localdate()
     projects = [
         {
             "membership": membership,
             "project": membership.project,
+            # In force first, the soonest to end first; those granted for a later period
+            # after them, saying when they start (nothing of them is available yet).
             "allocations": _allocation_views(
-                a
-                for a in membership.project.allocations.all()
-                if a.state == Allocation.State.ACTIVE
+                sorted(
+                    (a for a in membership.project.allocations.all() if is_in_force(a, on=today)),
+                    key=lambda a: (a.ends_on, a.cluster.name),
+                )
+            ),
+            "upcoming": sorted(
+                (a for a in membership.project.allocations.all() if is_upcoming(a, on=today)),
+                key=lambda a: (a.starts_on, a.cluster.name),
             ),
         }
         for membership in memberships
@@ -136,13 +146,10 @@ class AllocationRequestForm(forms.Form):
 
 
 def _my_caps(user: User, allocations: list[Allocation]) -> list[dict]:
-    """The user's own caps on the project's active allocations, with what is left."""
-    today = timezone.localdate()
+    """The user's own caps on the project's allocations in force, with what is left."""
     rows = []
     for allocation in allocations:
-        if allocation.state != Allocation.State.ACTIVE or not (
-            allocation.starts_on <= today < allocation.ends_on
-        ):
+        if not is_in_force(allocation):
             continue
         [standing] = member_standings(allocation, [user])
         if standing.cap is not None:
@@ -185,19 +192,20 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
                 return redirect("project", slug=project.slug)
     jobs = project_jobs(user, project, leads=leads)
     allocations = list(project.allocations.select_related("cluster").order_by("-starts_on"))
+    today = timezone.localdate()
+    in_force = [a for a in allocations if is_in_force(a, on=today)]
     context = {
         "project": project,
         "membership": membership,
         "leads": leads,
         "balance": project_balance(project),
-        "allocations": _allocation_views(
-            a for a in allocations if a.state == Allocation.State.ACTIVE
+        "allocations": _allocation_views(in_force),
+        # Granted for a later period: shown with the day they start, in no figure.
+        "upcoming": sorted(
+            (a for a in allocations if is_upcoming(a, on=today)), key=lambda a: a.starts_on
         ),
-        "past_allocations": [a for a in allocations if a.state != Allocation.State.ACTIVE],
         # (allocation, GPU-seconds, jobs) of the jobs that failed, were cancelled or timed out.
-        "unsuccessful": [
-            (a, *unsuccessful_charges(a)) for a in allocations if a.state == Allocation.State.ACTIVE
-        ],
+        "unsuccessful": [(a, *unsuccessful_charges(a)) for a in in_force],
         "jobs": list(jobs[:25]),
         "form": form,
         "standings": project_standings(project),

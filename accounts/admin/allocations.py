@@ -30,6 +30,8 @@ from accounts.models import (
 )
 from accounts.requests import allocation_request_approve, allocation_request_deny
 from accounts.selectors import (
+    allocation_status,
+    is_upcoming,
     last_reconcile_reports,
 )
 from accounts.tasks import reconcile_task
@@ -132,7 +134,7 @@ def refused_shown(cluster: Cluster) -> RefusedShown:
 ALLOCATION_COLUMNS = (
     "project",
     "cluster",
-    "state",
+    "status",
     "starts_on",
     "ends_on",
     "granted",
@@ -153,6 +155,11 @@ class AllocationAdmin(admin.ModelAdmin):
     readonly_fields = ALLOCATION_COLUMNS
     actions = ["revoke"]
 
+    @admin.display(description="state", ordering="state")
+    def status(self, allocation: Allocation) -> str:
+        # "Starts on …" rather than "Active" for a grant of a later period.
+        return allocation_status(allocation)
+
     @admin.display(description="granted GPU-h")
     def granted(self, allocation: Allocation) -> str:
         return hours(allocation.granted_gpu_seconds)
@@ -167,6 +174,9 @@ class AllocationAdmin(admin.ModelAdmin):
 
     @admin.display(description="available GPU-h")
     def available(self, allocation: Allocation) -> str:
+        if is_upcoming(allocation):
+            # Nothing of it is available (to jobs, or in Slurm's limits) before its period.
+            return f"— ({allocation_status(allocation)})"
         return hours(allocation.available_gpu_seconds)
 
     def get_form(self, request, obj=None, change=False, **kwargs):
@@ -316,6 +326,7 @@ class AllocationAdmin(admin.ModelAdmin):
             "rows": [
                 (
                     allocation,
+                    allocation_status(allocation),
                     hours(max(allocation.available_gpu_seconds, 0)),
                     hours(allocation.held_gpu_seconds),
                 )

@@ -21,6 +21,7 @@ from accounts.models import (
 from accounts.selectors import (
     allocation_balance,
     charges_of_projects,
+    in_force,
     project_active_allocations,
     project_balance,
     project_usage,
@@ -167,7 +168,7 @@ class ProjectAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request):
         active = (
-            Allocation.objects.filter(project=OuterRef("pk"), state=Allocation.State.ACTIVE)
+            Allocation.objects.filter(in_force(), project=OuterRef("pk"))
             .values("project")
             .annotate(seconds=Sum(AVAILABLE_GPU_SECONDS))
             .values("seconds")
@@ -190,7 +191,7 @@ class ProjectAdmin(admin.ModelAdmin):
     def members(self, project: Project) -> int:
         return project.member_count or 0  # type: ignore[attr-defined]
 
-    @admin.display(description="available GPU-h (active allocations)")
+    @admin.display(description="available GPU-h (allocations in force)")
     def available(self, project: Project) -> str:
         return hours(project.available_seconds or 0)  # type: ignore[attr-defined]
 
