@@ -52,9 +52,12 @@ OTHER_LOGIN = "Your sign-in and the site&#x27;s directory name different Unix lo
 
 
 @pytest.fixture(autouse=True)
-def _the_stacks_scopes():
+def _the_stacks_scopes(settings):
     assert settings.OIDC_RP_SCOPES == FULL
     assert settings.OIDC_DIRECTORY_MATCH == "email=mail"
+    # These sign-ins are anonymous API calls from one address: off the per-address
+    # budget, which the tests after them in the same process would find spent (429).
+    settings.API_ANON_RATE = None
 
 
 # --- the browser's way in -------------------------------------------------------------
