@@ -185,30 +185,6 @@ def cap_change_refusal_of(
     )
 
 
-def _check_change(
-    actor: User,
-    allocation: Allocation,
-    user: User | None,
-    cap: MemberCap | None,
-    gpu_seconds: int | None,
-) -> None:
-    default = (
-        cap
-        if user is None
-        else MemberCap.objects.filter(allocation=allocation, user__isnull=True).first()
-    )
-    refusal = cap_change_refusal(
-        actor,
-        project=allocation.project_id,
-        member=user,
-        cap=cap,
-        default=default,
-        gpu_seconds=gpu_seconds,
-    )
-    if refusal:
-        raise NotAllowed(refusal)
-
-
 def _audit(actor: User, action: str, cap: MemberCap, **detail: object) -> None:
     audit_record(
         actor=actor,
@@ -239,7 +215,8 @@ def member_cap_set(
         # The allocation's row serialises changes of its caps with its holds.
         Allocation.objects.select_for_update().get(pk=allocation.pk)
         cap = MemberCap.objects.filter(allocation=allocation, user=user).first()
-        _check_change(actor, allocation, user, cap, gpu_seconds)
+        if refusal := cap_change_refusal_of(actor, allocation, user, gpu_seconds):
+            raise NotAllowed(refusal)
         was = cap.gpu_seconds if cap else None
         if cap is not None and was == gpu_seconds:
             return cap
@@ -266,7 +243,8 @@ def member_cap_clear(*, actor: User, allocation: Allocation, user: User | None) 
     with transaction.atomic():
         Allocation.objects.select_for_update().get(pk=allocation.pk)
         cap = MemberCap.objects.filter(allocation=allocation, user=user).first()
-        _check_change(actor, allocation, user, cap, None)
+        if refusal := cap_change_refusal_of(actor, allocation, user, None):
+            raise NotAllowed(refusal)
         if cap is None:
             return False
         _audit(actor, AuditEvent.Action.MEMBER_CAP_CLEAR, cap, was_gpu_hours=cap.gpu_hours)
