@@ -6,10 +6,12 @@ Import after ``django.setup()``."""
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from django.conf import settings
 
+from clusters.locks import association_changes
 from clusters.models import Cluster
 from clusters.slurm import client_for
 from clusters.slurm.cli import CliClient, slurm_environment
@@ -60,6 +62,27 @@ class DevCluster:
             check=False,
             env=slurm_environment(),
         )
+
+    def account_remove(self, account: str, *, wait_s: float = 120) -> None:
+        """Remove a bench's account (its jobs cancelled before) once none of them is
+        pending or running: Slurm refuses to remove an account with active jobs, and
+        slurmdbd learns that they ended a while after squeue stops listing them. Said, not
+        raised, when it cannot (the run's figures still print)."""
+        deadline = time.monotonic() + wait_s
+        active = ["squeue", "--noheader", f"--account={account}", "--states=PD,R,CG,S",
+                  "--format=%i"]  # fmt: skip
+        while self.run(active).stdout.split() and time.monotonic() < deadline:
+            time.sleep(1)
+        while True:
+            with association_changes(self.name):
+                removed = self.run(["sacctmgr", "-i", "delete", "account", account])
+            said = removed.stdout + removed.stderr
+            if "Job(s) active" not in said or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        if removed.returncode != 0 and "Nothing deleted" not in said:
+            message = (removed.stderr or removed.stdout).strip()
+            print(f"{self.name}: sacctmgr delete account {account}: {message}", file=sys.stderr)
 
     def output(
         self, argv: list[str], stdin: str | None = None, *, as_user: str | None = None

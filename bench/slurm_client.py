@@ -213,25 +213,9 @@ def account_add(target: DevCluster) -> None:
 
 
 def account_remove(target: DevCluster) -> None:
-    """Cancel every job of the bench's account, then remove the account once none is
-    pending or running (Slurm refuses to remove one with active jobs, and slurmdbd learns
-    that they ended a little after squeue stops listing them); said, not raised, when it
-    cannot."""
+    """Cancel every job of the bench's account, then remove the account."""
     target.run(["scancel", f"--account={ACCOUNT}"])
-    active = ["squeue", "--noheader", f"--account={ACCOUNT}", "--states=PD,R,CG,S", "--format=%i"]
-    deadline = time.monotonic() + 120
-    while target.run(active).stdout.split() and time.monotonic() < deadline:
-        time.sleep(1)
-    while True:
-        with association_changes(target.name):
-            removed = target.run(["sacctmgr", "-i", "delete", "account", ACCOUNT])
-        said = removed.stdout + removed.stderr
-        if "Job(s) active" not in said or time.monotonic() > deadline:
-            break
-        time.sleep(1)
-    if removed.returncode != 0 and "Nothing deleted" not in said:
-        message = (removed.stderr or removed.stdout).strip()
-        print(f"{target.name}: sacctmgr delete account {ACCOUNT}: {message}", file=sys.stderr)
+    target.account_remove(ACCOUNT)
 
 
 def stopped(signum: int, _frame: object) -> None:

@@ -519,7 +519,7 @@ def live_queue(target: DevCluster, cluster: Cluster, args: argparse.Namespace) -
         return {**live_cycle(target, cluster, slurm_ids, args), "fill_s": fill_s}
     finally:
         cancel_live_jobs(target)
-        remove_live_account(target)
+        target.account_remove(LIVE_ACCOUNT)
 
 
 def cancel_live_jobs(target: DevCluster) -> None:
@@ -533,22 +533,6 @@ def cancel_live_jobs(target: DevCluster) -> None:
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(lambda chunk: target.run(["scancel", *chunk]), chunks))
     target.run(["scancel", f"--account={LIVE_ACCOUNT}"])  # any it did not list
-
-
-def remove_live_account(target: DevCluster) -> None:
-    """Remove the bench's account (and root's association with it) once none of its jobs
-    is pending or running any more (Slurm refuses to remove an account that has active
-    jobs); said, not raised, when it cannot (the run's figures still print)."""
-    deadline = time.monotonic() + 120
-    active = ["squeue", "--noheader", f"--account={LIVE_ACCOUNT}", "--states=PD,R,CG,S",
-              "--format=%i"]  # fmt: skip
-    while target.run(active).stdout.split() and time.monotonic() < deadline:
-        time.sleep(1)
-    with association_changes(target.name):
-        removed = target.run(["sacctmgr", "-i", "delete", "account", LIVE_ACCOUNT])
-    if removed.returncode != 0 and "Nothing deleted" not in removed.stdout + removed.stderr:
-        message = (removed.stderr or removed.stdout).strip()
-        print(f"{target.name}: sacctmgr delete account {LIVE_ACCOUNT}: {message}", file=sys.stderr)
 
 
 def live_cycle(
