@@ -201,6 +201,7 @@ _TEXT_LENGTHS: dict[str, int] = {
 }
 
 
+@transaction.atomic
 def _upsert(
     cluster: Cluster,
     entries: list[AccountingEntry],
@@ -208,6 +209,25 @@ def _upsert(
 ) -> None:
     now = timezone.now()
     cut = _TEXT_LENGTHS
+    # Once a run has ended it stays so: a listing read before it ended (two ingests at
+    # once, the slower read applied last) must not make it run again, nor its job. The
+    # rows are locked in the order they are written, so two ingests wait, not deadlock.
+    entries = sorted(entries, key=lambda entry: (entry.job_id, _submitted(entry)))
+    ended = set(
+        AccountingRecord.objects.select_for_update()
+        .filter(
+            cluster=cluster,
+            slurm_job_id__in={entry.job_id for entry in entries},
+            ended_at__isnull=False,
+        )
+        .order_by("slurm_job_id", "submitted_at")
+        .values_list("slurm_job_id", "submitted_at")
+    )
+    entries = [
+        entry
+        for entry in entries
+        if entry.ended_at is not None or (entry.job_id, entry.submitted_at) not in ended
+    ]
     records = [
         AccountingRecord(
             cluster=cluster,
@@ -432,7 +452,7 @@ def _latest_runs(records: list[AccountingRecord]) -> list[AccountingRecord]:
     return list(latest.values())
 
 
-def _submitted(record: AccountingRecord) -> dt.datetime:
+def _submitted(record: AccountingRecord | AccountingEntry) -> dt.datetime:
     return record.submitted_at or dt.datetime.min.replace(tzinfo=dt.UTC)
 
 

@@ -102,6 +102,7 @@ TEXT_PARSERS: dict[str, Callable[[str], object]] = {
     "parse_sacctmgr_accounts": parsing.parse_sacctmgr_accounts,
     "parse_sacctmgr_associations": parsing.parse_sacctmgr_associations,
     "parse_scontrol_nodes": parsing.parse_scontrol_nodes,
+    "parse_devices_constrained": parsing.parse_devices_constrained,
     "node_states": parsing.node_states,
     "gpus_by_type": parsing.gpus_by_type,
     "expand_hostlist": parsing.expand_hostlist,

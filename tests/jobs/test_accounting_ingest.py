@@ -365,3 +365,19 @@ def test_texts_longer_than_their_columns_do_not_stop_the_ingest(cluster, project
     assert accounting_ingest(cluster=cluster, entries=[long, entry(911)]).charged == 1
     record = AccountingRecord.objects.get(slurm_job_id=910)
     assert len(record.partition) == 200 and len(record.array_task) == 200
+
+
+def test_a_listing_read_before_the_run_ended_does_not_make_it_run_again(cluster, project, alice):
+    """Two ingests at once (two beats): the one that read accounting before the job ended
+    is applied after the one that read it ended. The run stays ended, the job finished
+    once, with one event of each state."""
+    job = portal_job(project, cluster, alice, slurm_job_id=990)
+    stale = entry(990, state=SlurmJobState.RUNNING, ended_at=None, exit_code=None, elapsed_s=60)
+    accounting_ingest(cluster=cluster, entries=[entry(990)])
+    accounting_ingest(cluster=cluster, entries=[stale])
+    record = AccountingRecord.objects.get(slurm_job_id=990)
+    assert (record.state, record.ended_at) == ("COMPLETED", NOW)
+    job.refresh_from_db()
+    assert job.state == JobState.COMPLETED and job.used_gpu_seconds == 1800
+    assert [e.state for e in job.events.all()] == [JobState.COMPLETED]
+    assert charges(cluster, 990) == [1800]
