@@ -322,16 +322,6 @@ def _environment_errors(environment: dict[str, str]) -> list[str]:
                 )
                 % {"name": key, "character": describe_character(bad)}
             )
-        elif "," in value:
-            # sbatch's --export, which carries the environment (DESIGN "Safe scripts"),
-            # splits on commas and has no escape: the job could not be submitted.
-            errors.append(
-                _(
-                    "%(name)s: the value contains a comma, which Slurm cannot pass to a job; "
-                    "use another separator, or set the variable in the script."
-                )
-                % {"name": key}
-            )
     return errors
 
 

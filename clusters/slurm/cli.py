@@ -13,7 +13,9 @@ cluster's tools are not the worker's own (``clusters/prefixes.py``).
 import contextlib
 import datetime as dt
 import os
+import re
 import select
+import shlex
 import subprocess
 import tempfile
 import time
@@ -82,15 +84,34 @@ def slurm_environment() -> dict[str, str]:
     }
 
 
-def export_argument(environment: dict[str, str]) -> str:
-    """``--export`` for exactly the given variables (Slurm adds its own SLURM_* ones)."""
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def export_argument(environment: Mapping[str, str]) -> str:
+    """``--export`` naming exactly the given variables, never their values: a command line
+    is every local user's to read (``/proc/*/cmdline``), and a job's environment is where
+    its secrets go. The values travel in the script on sbatch's standard input
+    (``with_exports``); srun steps inside the job take them from the script's environment
+    by the same names (sbatch hands the list on as ``SLURM_EXPORT_ENV``)."""
     if not environment:
         return "--export=NONE"
-    for key, value in environment.items():
-        # sbatch splits --export on commas and has no escape for them.
-        if "," in key or "," in value or "\n" in value or "=" in key:
+    for key in environment:
+        if not _NAME.fullmatch(key):
             raise ValueError(f"environment variable {key!r} cannot be passed to sbatch")
-    return "--export=" + ",".join(f"{key}={value}" for key, value in environment.items())
+    return "--export=" + ",".join(environment)
+
+
+def with_exports(script: str, environment: Mapping[str, str]) -> str:
+    """The batch script with an ``export NAME='value'`` line for each variable, after its
+    ``#!`` line and the comments sbatch reads ``#SBATCH`` directives from (a command
+    before them would end the directives): the job's first commands."""
+    body, newline, _ = script.rpartition("\n") if script.endswith("\n") else (script, "", "")
+    lines = body.split("\n")
+    at = 1 if lines[0].startswith("#!") else 0
+    while at < len(lines) and (not lines[at].strip() or lines[at].lstrip().startswith("#")):
+        at += 1
+    exports = [f"export {key}={shlex.quote(value)}" for key, value in environment.items()]
+    return "\n".join([*lines[:at], *exports, *lines[at:]]) + newline
 
 
 def sbatch_arguments(request: SubmitRequest) -> list[str]:
@@ -246,7 +267,7 @@ class CliClient:
         result = self._run(
             ["sbatch", "--parsable", *sbatch_arguments(request)],
             as_user=request.user,
-            stdin=request.script,
+            stdin=with_exports(request.script, request.environment),
         )
         # --parsable prints "<id>" or "<id>;<cluster>".
         return int(result.stdout.strip().split(";")[0])

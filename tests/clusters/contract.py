@@ -33,6 +33,7 @@ from clusters.slurm.states import SlurmJobState
 from clusters.slurm.types import PORTAL_ORGANIZATION, Listing, Refused, SubmitRequest
 from portal.devstack import CLUSTER_NEXT, NEXT_CLUSTER, STACK, is_running, script_env
 from tests.conftest import DEV_CLUSTER
+from tests.security.test_stack_secrets import Watcher
 from tests.slurm_accounts import DEV, SlurmOperator
 
 # It runs beside the other test processes: every test that adds, moves or deletes
@@ -262,11 +263,21 @@ def test_a_job_sees_only_the_environment_it_was_given(client, job, monkeypatch):
     monkeypatch.setenv("SBATCH_TIMELIMIT", "1")
     monkeypatch.setenv("SLURM_PORTAL_LEAK", "leak")
     monkeypatch.setenv("PORTAL_SECRET_KEY", "s3cret-of-the-worker")
-    request = job(script="#!/bin/bash\nenv\n", environment={"FOO": "bar baz", "N": "1"})
-    job_id = client.submit(request)
+    token = f"s3cret-{uuid.uuid4().hex}"
+    request = job(
+        script="#!/bin/bash\nenv\nsrun --ntasks=1 /usr/bin/env | sed s/^/step:/\n",
+        environment={"FOO": "bar baz", "N": "1", "API_TOKEN": f"{token}, and more"},
+    )
+    # Any local user may read every command line: none of them holds a value.
+    with Watcher() as watcher:
+        job_id = client.submit(request)
+    assert [line for line in watcher.seen if token in line] == []
     accounted(client, job_id)
     env = Path(request.stdout_path.replace("%j", str(job_id))).read_text()
     assert "FOO=bar baz\n" in env and "N=1\n" in env
+    assert f"\nAPI_TOKEN={token}, and more\n" in env
+    # srun steps inside the job get them too, by name.
+    assert f"\nstep:API_TOKEN={token}, and more\n" in env and "step:FOO=bar baz\n" in env
     assert "s3cret-of-the-worker" not in env
     assert "SLURM_PORTAL_LEAK" not in env
     assert "SBATCH_TIMELIMIT" not in env
