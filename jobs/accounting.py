@@ -630,8 +630,8 @@ def _ingest(cluster: Cluster, runs: list[AccountingEntry], result: IngestResult)
         earliest = min(_submitted(record) for record in to_charge)
         associated = account_users_since(projects.values(), cluster=cluster, since=earliest)
         # Each run's charge after the runs before it, so that the run that ends a job is
-        # the one that releases its hold.
-        for record in sorted(to_charge, key=_submitted):
+        # the one that releases its hold; the jobs from the newest id down, as listed.
+        for record in sorted(to_charge, key=lambda r: (-r.slurm_job_id, _submitted(r))):
             charged, refusal = _charge(
                 record,
                 cluster=cluster,
