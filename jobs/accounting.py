@@ -538,6 +538,11 @@ def _follow_unended(
         state = PORTAL_VALUE_OF[SlurmJobState(again.state)]
         if state in TERMINAL_VALUES:
             return
+        # A run submitted after the job ended is Slurm's running it again; one submitted
+        # before is the run that ended, which slurmdbd has not heard of yet (the queue
+        # saw it complete first).
+        if job.ended_at is None or _submitted(again) <= job.ended_at:
+            return
         used = sum(r.charged_gpu_seconds or 0 for r in records)
         reopened = Job.objects.filter(pk=job.pk, state=job.state).update(
             state=state, slurm_state=again.state, exit_code=None, ended_at=None,

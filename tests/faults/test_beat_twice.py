@@ -92,7 +92,12 @@ def test_two_beats_at_once_have_no_double_effect(make_project, dev_cluster, alic
         .annotate(n=Count("id"))
         .filter(n__gt=1)
         .exists()
-    ), "no state is recorded twice for a job"
+    ), "no state is recorded twice for a job: " + "; ".join(
+        f"{job} {state} {detail!r} {at:%H:%M:%S.%f}"
+        for job, state, detail, at in JobEvent.objects.filter(job_id__in=ids)
+        .order_by("job_id", "id")
+        .values_list("job_id", "state", "detail", "at")
+    )
     notices = Notification.objects.filter(allocation=allocation)
     assert sorted(notices.values_list("kind", flat=True)) == sorted(
         [Notification.Kind.USAGE_80, Notification.Kind.USAGE_100]

@@ -381,3 +381,18 @@ def test_a_listing_read_before_the_run_ended_does_not_make_it_run_again(cluster,
     assert job.state == JobState.COMPLETED and job.used_gpu_seconds == 1800
     assert [e.state for e in job.events.all()] == [JobState.COMPLETED]
     assert charges(cluster, 990) == [1800]
+
+
+def test_a_job_the_queue_saw_end_is_not_reopened_by_accounting_that_lags(cluster, project, alice):
+    """squeue lists a job COMPLETED a moment before slurmdbd hears of its end: the run
+    accounting still calls running is the one that ended, not Slurm running it again."""
+    job = portal_job(project, cluster, alice, slurm_job_id=991)
+    Job.objects.filter(pk=job.pk).update(state=JobState.COMPLETED, ended_at=NOW)
+    lagging = entry(991, state=SlurmJobState.RUNNING, ended_at=None, exit_code=None, elapsed_s=60)
+    accounting_ingest(cluster=cluster, entries=[lagging])
+    job.refresh_from_db()
+    assert job.state == JobState.COMPLETED and not job.events.exists()
+    accounting_ingest(cluster=cluster, entries=[entry(991)])
+    job.refresh_from_db()
+    assert job.state == JobState.COMPLETED and job.used_gpu_seconds == 1800
+    assert charges(cluster, 991) == [1800]
