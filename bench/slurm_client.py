@@ -54,6 +54,7 @@ django.setup()
 from django.conf import settings  # noqa: E402
 
 from bench import listing_before as before  # noqa: E402
+from bench.before_after import compared_row, print_compared  # noqa: E402
 from bench.dev_clusters import DevCluster, dev_clusters  # noqa: E402
 from clusters.locks import association_changes  # noqa: E402
 from clusters.slurm.cli import sbatch_arguments  # noqa: E402
@@ -496,6 +497,11 @@ def json_value(value: object) -> object:
     return value
 
 
+def _in_seconds(value: float, unit: str) -> float:
+    # This bench keeps its times in milliseconds; the tables take seconds.
+    return value / 1000 if unit == "ms" else value
+
+
 def print_before_after(scope: str, title: str, figures: dict) -> None:
     """The cli adapter's queue and accounting reads before issue 33 and now."""
     rows = [
@@ -524,26 +530,21 @@ def print_before_after(scope: str, title: str, figures: dict) -> None:
         ("  records (runs; before: jobs)", "accounting_before_records", "accounting_records",
          "n"),
     ]  # fmt: skip
-    shown = {
-        "KiB": lambda v: f"{v / 1024:,.1f} KiB",
-        "ms": lambda v: f"{v:.1f} ms",
-        "n": lambda v: f"{v:,.0f}" if v == v else "nan",
-    }
-    print(f"{'cli adapter, before issue 33 and now:':<44}{'before':>12}{'after':>12}"
-          f"{'after/before':>14}")  # fmt: skip
-    print(f"  {title}; before, one squeue listing served the sync and queue()")
-    for label, before_key, after_key, unit in rows:
-        old, new = figures[f"{scope}_{before_key}"], figures[f"{scope}_{after_key}"]
-        ratio = f"{new / old:.2f}" if old else "-"
-        print(f"{label:<44}{shown[unit](old):>12}{shown[unit](new):>12}{ratio:>14}")
+    table = [
+        compared_row(label, *(_in_seconds(figures[f"{scope}_{key}"], unit)
+                              for key in (before_key, after_key)), unit)
+        for label, before_key, after_key, unit in rows
+    ]  # fmt: skip
     lines, lines_before = (
         figures[f"{scope}_accounting_lines"],
         figures[f"{scope}_accounting_before_lines"],
     )
     if lines and lines_before:
-        print(f"{'  bytes a line':<44}"
-              f"{figures[f'{scope}_accounting_before_bytes'] / lines_before:>12.0f}"
-              f"{figures[f'{scope}_accounting_bytes'] / lines:>12.0f}")  # fmt: skip
+        per_line = (figures[f"{scope}_accounting_before_bytes"] / lines_before,
+                    figures[f"{scope}_accounting_bytes"] / lines)  # fmt: skip
+        table.append(compared_row("  bytes a line", *per_line, "n"))
+    print(f"  {title}; before, one squeue listing served the sync and queue()")
+    print_compared("cli adapter, before issue 33 and now:", table)
     for name, error in figures[f"{scope}_unreadable"].items():
         print(f"  before, {name}: {error}")
 

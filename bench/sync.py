@@ -118,6 +118,7 @@ from django.utils import timezone  # noqa: E402
 
 from accounts.services import membership_set, project_create, user_create  # noqa: E402
 from bench import listing_before as before  # noqa: E402
+from bench.before_after import NAN, compared_row, ms, print_compared  # noqa: E402
 from bench.dev_clusters import DevCluster, dev_clusters  # noqa: E402
 from clusters.locks import association_changes  # noqa: E402
 from clusters.models import Cluster, ClusterStatus, Partition  # noqa: E402
@@ -359,7 +360,6 @@ def timed(action: Callable[[], object], repeat: int, prepare: Callable[[], objec
 
 
 Steps = dict[str, tuple[Callable[[], object], Callable[[], object]]]
-NAN = float("nan")
 
 
 def nothing() -> None:
@@ -894,29 +894,6 @@ def fill(args: argparse.Namespace) -> tuple[Cluster, float]:
         )
         cursor.execute("VACUUM ANALYZE")  # visibility map and statistics: no autovacuum mid-run
     return cluster, time.perf_counter() - started
-
-
-def ms(seconds: float) -> str:
-    return f"{seconds * 1000:.1f} ms"
-
-
-def compared_row(label: str, before_value: float, after_value: float, unit: str) -> tuple:
-    """A row of a before/after table: both values and after / before."""
-    shown = {"ms": ms, "MB": lambda v: f"{v:.0f} MB", "KiB": lambda v: f"{v / 1024:,.0f} KiB",
-             "x": lambda v: f"{v:.2f}"}[unit]  # fmt: skip
-    ratio = after_value / before_value if before_value else NAN
-    return (label, shown(before_value), shown(after_value), f"{ratio:.2f}")
-
-
-def print_compared(title: str, rows: list[tuple]) -> None:
-    """A before/after table: rows of a label and three values, and lines of their own."""
-    width = max([len(title), *(len(row[0]) for row in rows if len(row) > 1)]) + 2
-    print(f"{title:<{width}}{'before':>12}{'after':>12}{'after/before':>14}")
-    for label, *values in rows:
-        if values:
-            print(f"{label:<{width}}{values[0]:>12}{values[1]:>12}{values[2]:>14}")
-        else:
-            print(label)
 
 
 def run(args: argparse.Namespace) -> None:
