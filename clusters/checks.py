@@ -34,17 +34,28 @@ def check_slurm_settings(app_configs, **kwargs):
     return errors
 
 
-@register(Tags.database)
-def check_clusters(app_configs, databases=None, **kwargs):
-    """Runs with ``manage.py check --database default``: it reads the cluster table."""
+def _enabled_clusters(databases) -> list | None:
+    """The enabled clusters when the check may read the database (``--database
+    default``); None when it may not or cannot (the database check reports why;
+    migrations may not have run yet)."""
     if not databases or "default" not in databases:
-        return []
+        return None
     from clusters.models import Cluster
 
     try:
-        clusters = list(Cluster.objects.filter(is_enabled=True))
+        return list(Cluster.objects.filter(is_enabled=True))
     except DatabaseError:
-        return []  # the database check reports why; migrations may not have run yet
+        return None
+
+
+@register(Tags.database)
+def check_clusters(app_configs, databases=None, **kwargs):
+    """Runs with ``manage.py check --database default``: it reads the cluster table."""
+    from clusters.models import Cluster
+
+    clusters = _enabled_clusters(databases)
+    if clusters is None:
+        return []
     if not clusters:
         return [
             Warning(
@@ -125,18 +136,11 @@ def check_devices_constrained(app_configs, databases=None, **kwargs):
     """Runs with ``manage.py check --deploy --database default``: asks each enabled
     cluster's slurmctld (``scontrol show config``) whether jobs are confined to the GPUs
     they were given; a cluster the adapter cannot ask (slurmrestd) is not judged."""
-    if not databases or "default" not in databases:
-        return []
-    from clusters.models import Cluster
     from clusters.slurm import client_for
     from clusters.slurm.errors import SlurmError
 
-    try:
-        clusters = list(Cluster.objects.filter(is_enabled=True))
-    except DatabaseError:
-        return []
     warnings = []
-    for cluster in clusters:
+    for cluster in _enabled_clusters(databases) or []:
         try:
             constrained = client_for(cluster, timeout_s=10).devices_constrained()
         except SlurmError as error:
