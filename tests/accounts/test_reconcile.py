@@ -8,6 +8,7 @@ import uuid
 from decimal import Decimal
 
 import pytest
+from django.core.cache import cache
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 from django.utils import timezone
@@ -22,6 +23,7 @@ from clusters.slurm import client_for
 from jobs.errors import JobInvalid
 from jobs.services import job_create, job_estimate
 from jobs.states import JobState
+from jobs.submission import estimates_paused_key
 from tests.factories import request_for, wait_for
 from tests.slurm_accounts import DEV_CLUSTER, account_remove, sacctmgr_change
 
@@ -230,6 +232,9 @@ def test_no_job_is_estimated_or_submitted_under_an_account_made_by_hand(
     sacctmgr_change("add", "account", account, check=True)
     sacctmgr_change("add", "user", "alice", f"account={account}", check=True)
     says = f"The project's Slurm account {account} on {dev_cluster.name} was made outside"
+    # An estimate an earlier test of this process waited out pauses the cluster's
+    # estimates for a while (ESTIMATE_PAUSE_S): this one must reach a worker.
+    cache.delete(estimates_paused_key(dev_cluster.pk))
     with pytest.raises(JobInvalid) as refused:
         job_estimate(user=alice, request=request_for(project, workdir))
     assert refused.value.fields["project"][0].startswith(says)
